@@ -1,0 +1,42 @@
+# streambed: `make demo` and `make test` work from a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint typecheck unit integration bench docs system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Postgres 15 server binaries and Java 17: installed from Debian when missing.
+system-deps:
+	@bash scripts/system-deps.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check streambed tests bench cmd
+	$(VENV)/bin/ruff format --check streambed tests bench cmd
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) system-deps lint typecheck
+	$(PY) -m pytest -q tests
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+demo: $(STAMP) system-deps
+	$(PY) cmd/demo.py
+
+docs: $(STAMP)
+	$(PY) -m streambed.config > docs/configuration.md
+
+bench: $(STAMP) system-deps
+	$(PY) bench/cdc_throughput.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .demo .bench

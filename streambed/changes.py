@@ -1,0 +1,65 @@
+"""What flows from the buffer to the lake: the collapsed changes of one table at one flush.
+
+This module is the contract between `streambed.buffer` (which produces `TableDelta`s) and
+`streambed.lake` / `streambed.merge` (which apply them). It holds no logic beyond
+small derived properties, and imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streambed.pgoutput.messages import Relation, TupleValue
+
+
+@dataclass(frozen=True)
+class TableKey:
+    """How rows of a table are identified.
+
+    `columns` are indexes into `relation.columns`: the primary key when the source table
+    has one, else the replica identity index. Empty means the table has no key: inserts
+    are appended, and updates/deletes are only possible with REPLICA IDENTITY FULL, where
+    `full_row` is True and a whole old row identifies the row to remove.
+    """
+
+    columns: tuple[int, ...]
+    full_row: bool = False
+
+    @property
+    def append_only(self) -> bool:
+        return not self.columns and not self.full_row
+
+
+@dataclass(frozen=True)
+class TableDelta:
+    """The net effect of the committed changes of one table since its last flush.
+
+    Values are in Postgres text form (`bytes`), `None` for NULL, or `UNCHANGED` for an
+    unchanged TOAST value that must be taken from the row already in the lake.
+
+    Applying a delta means: if `truncated`, drop every existing row; then remove every
+    lake row whose key is in `removed_keys`; then add `rows`. A key appears in
+    `removed_keys` only when its row may exist in the lake (the first change seen for it
+    was an update or delete, or it came after a truncate-free flush boundary); a key first
+    seen as an INSERT is known not to be in the lake, so a delta of inserts only has no
+    `removed_keys` and needs no merge, only an append.
+    """
+
+    relation: Relation
+    key: TableKey
+    commit_lsn: int
+    truncated: bool
+    removed_keys: tuple[tuple[TupleValue, ...], ...]
+    rows: tuple[tuple[TupleValue, ...], ...]
+
+    @property
+    def schema_name(self) -> str:
+        return self.relation.namespace
+
+    @property
+    def table_name(self) -> str:
+        return self.relation.name
+
+    @property
+    def append_only(self) -> bool:
+        return not self.truncated and not self.removed_keys

@@ -1,0 +1,317 @@
+"""Configuration from STREAMBED_* environment variables.
+
+Every setting is a field of `Settings` with its variable name, default and help text in
+the field metadata; `docs/configuration.md` is generated from it
+(`python -m streambed.config > docs/configuration.md`). `Settings.from_env` validates
+everything at start and raises one ConfigError that names each bad variable and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from streambed.errors import ConfigError
+from streambed.failpoints import unknown_names
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _setting(env: str, help: str, default: Any = dataclasses.MISSING, secret: bool = False) -> Any:
+    meta = {"env": env, "help": help, "secret": secret}
+    if default is dataclasses.MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Settings:
+    source_url: str = _setting(
+        "STREAMBED_SOURCE_URL",
+        "libpq URL of the source database, e.g. postgresql://user:pass@host:5432/db. The role "
+        "needs REPLICATION (or superuser) and SELECT on the published tables.",
+        secret=True,
+    )
+    publication: str = _setting(
+        "STREAMBED_PUBLICATION",
+        "Publication to replicate. Created FOR ALL TABLES when missing; never dropped.",
+        "streambed",
+    )
+    slot: str = _setting(
+        "STREAMBED_SLOT",
+        "Logical replication slot (pgoutput). Created when missing; never dropped.",
+        "streambed",
+    )
+    include_tables: tuple[str, ...] = _setting(
+        "STREAMBED_INCLUDE_TABLES",
+        "Comma-separated schema.table names or shell patterns (public.*) to replicate. "
+        "Empty: every table in the publication.",
+        (),
+    )
+    exclude_tables: tuple[str, ...] = _setting(
+        "STREAMBED_EXCLUDE_TABLES",
+        "Comma-separated schema.table names or patterns to leave out; applied after the include list.",
+        (),
+    )
+    data_dir: Path = _setting(
+        "STREAMBED_DATA_DIR",
+        "Local directory for state, the embedded catalog, the local warehouse and spill files.",
+        Path("streambed-data"),
+    )
+    warehouse: str = _setting(
+        "STREAMBED_WAREHOUSE",
+        "Where table files live: a local directory (default <data_dir>/warehouse), or "
+        "s3://bucket/prefix. Setting STREAMBED_S3_BUCKET also selects S3.",
+        "",
+    )
+    s3_bucket: str = _setting("STREAMBED_S3_BUCKET", "S3 bucket for the warehouse.", "")
+    s3_prefix: str = _setting("STREAMBED_S3_PREFIX", "Key prefix inside the bucket.", "streambed")
+    s3_endpoint: str = _setting(
+        "STREAMBED_S3_ENDPOINT",
+        "S3 endpoint URL for S3-compatible stores (MinIO, SeaweedFS); empty for AWS.",
+        "",
+    )
+    s3_region: str = _setting("STREAMBED_S3_REGION", "S3 region.", "us-east-1")
+    s3_access_key_id: str = _setting(
+        "STREAMBED_S3_ACCESS_KEY_ID", "S3 access key; empty uses the AWS default chain.", "",
+        secret=True,
+    )
+    s3_secret_access_key: str = _setting(
+        "STREAMBED_S3_SECRET_ACCESS_KEY", "S3 secret key.", "", secret=True
+    )
+    catalog_uri: str = _setting(
+        "STREAMBED_CATALOG_URI",
+        "Iceberg catalog: empty for the embedded SQLite catalog in data_dir, a sqlite:/// URL, "
+        "or the http(s):// URI of an Iceberg REST catalog.",
+        "",
+    )
+    catalog_name: str = _setting("STREAMBED_CATALOG_NAME", "Name of the Iceberg catalog.", "streambed")
+    catalog_token: str = _setting(
+        "STREAMBED_CATALOG_TOKEN", "Bearer token for a REST catalog.", "", secret=True
+    )
+    flush_rows: int = _setting(
+        "STREAMBED_FLUSH_ROWS", "Flush when this many changes are buffered.", 100_000
+    )
+    flush_bytes: int = _setting(
+        "STREAMBED_FLUSH_BYTES",
+        "Flush when buffered changes take this many bytes (a global memory bound).",
+        256 * 1024 * 1024,
+    )
+    flush_interval: float = _setting(
+        "STREAMBED_FLUSH_INTERVAL", "Flush at least this often, in seconds, when anything is buffered.",
+        2.0,
+    )
+    txn_memory_bytes: int = _setting(
+        "STREAMBED_TXN_MEMORY_BYTES",
+        "Memory for one uncommitted (streamed) transaction before it spills to disk.",
+        64 * 1024 * 1024,
+    )
+    spark_master: str = _setting(
+        "STREAMBED_SPARK_MASTER",
+        "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect).",
+        "local[*]",
+    )
+    heartbeat_interval: float = _setting(
+        "STREAMBED_HEARTBEAT_INTERVAL",
+        "Seconds between heartbeat messages written to the source WAL so an idle slot advances; "
+        "0 turns heartbeats off.",
+        10.0,
+    )
+    status_interval: float = _setting(
+        "STREAMBED_STATUS_INTERVAL", "Seconds between standby status updates to the source.", 5.0
+    )
+    query_listen: str = _setting(
+        "STREAMBED_QUERY_LISTEN",
+        "host:port of the Postgres-wire query server; empty turns it off.",
+        "127.0.0.1:5433",
+    )
+    log_level: str = _setting("STREAMBED_LOG_LEVEL", "debug, info, warning or error.", "info")
+    log_format: str = _setting("STREAMBED_LOG_FORMAT", "text or json.", "text")
+
+    # ---- derived values -------------------------------------------------------------
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / "state.db"
+
+    @property
+    def spill_dir(self) -> Path:
+        return self.data_dir / "spill"
+
+    @property
+    def on_s3(self) -> bool:
+        return bool(self.s3_bucket) or self.warehouse.startswith("s3://")
+
+    @property
+    def warehouse_uri(self) -> str:
+        """file:///abs/path or s3://bucket/prefix."""
+        if self.s3_bucket:
+            prefix = self.s3_prefix.strip("/")
+            return f"s3://{self.s3_bucket}/{prefix}" if prefix else f"s3://{self.s3_bucket}"
+        if self.warehouse.startswith("s3://"):
+            return self.warehouse.rstrip("/")
+        path = Path(self.warehouse) if self.warehouse else self.data_dir / "warehouse"
+        return path.resolve().as_uri()
+
+    @property
+    def catalog_url(self) -> str:
+        return self.catalog_uri or f"sqlite:///{(self.data_dir / 'catalog.db').resolve()}"
+
+    @property
+    def query_host_port(self) -> tuple[str, int] | None:
+        if not self.query_listen:
+            return None
+        host, _, port = self.query_listen.rpartition(":")
+        return host or "127.0.0.1", int(port)
+
+    def redacted_source_url(self) -> str:
+        return redact_url(self.source_url)
+
+    # ---- loading --------------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for f in dataclasses.fields(cls):
+            name = f.metadata["env"]
+            raw = env.get(name)
+            if raw is None or raw == "":
+                if f.default is dataclasses.MISSING:
+                    problems.append(f"{name} is not set: {f.metadata['help']}")
+                continue
+            try:
+                values[f.name] = _parse(f, raw)
+            except ValueError as e:
+                problems.append(f"{name}={_show(f, raw)} is invalid: {e}")
+        if not problems:
+            settings = cls(**values)
+            problems = settings._problems()
+        bad_failpoints = unknown_names()
+        if bad_failpoints:
+            problems.append(
+                f"STREAMBED_FAILPOINTS names unknown failpoints {', '.join(bad_failpoints)}"
+            )
+        if problems:
+            raise ConfigError("configuration is invalid:\n  " + "\n  ".join(problems))
+        return settings
+
+    def _problems(self) -> list[str]:
+        out: list[str] = []
+        url = urlsplit(self.source_url)
+        if url.scheme not in ("postgres", "postgresql"):
+            out.append(
+                "STREAMBED_SOURCE_URL must start with postgresql:// "
+                f"(got {redact_url(self.source_url)!r})"
+            )
+        for env, value in (("STREAMBED_PUBLICATION", self.publication), ("STREAMBED_SLOT", self.slot)):
+            if not _NAME.match(value):
+                out.append(
+                    f"{env}={value!r} must be a lowercase identifier (letters, digits, _; "
+                    "at most 63 characters)"
+                )
+        for env, value in (
+            ("STREAMBED_FLUSH_ROWS", self.flush_rows),
+            ("STREAMBED_FLUSH_BYTES", self.flush_bytes),
+            ("STREAMBED_TXN_MEMORY_BYTES", self.txn_memory_bytes),
+        ):
+            if value <= 0:
+                out.append(f"{env}={value} must be a positive number")
+        if self.flush_interval <= 0:
+            out.append(f"STREAMBED_FLUSH_INTERVAL={self.flush_interval} must be above 0 seconds")
+        if self.status_interval <= 0:
+            out.append(f"STREAMBED_STATUS_INTERVAL={self.status_interval} must be above 0 seconds")
+        if self.heartbeat_interval < 0:
+            out.append("STREAMBED_HEARTBEAT_INTERVAL must be 0 (off) or a positive number")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            out.append(f"STREAMBED_LOG_LEVEL={self.log_level!r}: use debug, info, warning or error")
+        if self.log_format not in ("text", "json"):
+            out.append(f"STREAMBED_LOG_FORMAT={self.log_format!r}: use text or json")
+        if self.catalog_uri and urlsplit(self.catalog_uri).scheme not in ("sqlite", "http", "https"):
+            out.append(
+                "STREAMBED_CATALOG_URI must be a sqlite:/// URL or an http(s):// REST catalog URI"
+            )
+        if self.s3_bucket and self.warehouse and not self.warehouse.startswith("s3://"):
+            out.append(
+                "STREAMBED_WAREHOUSE is a local path but STREAMBED_S3_BUCKET is set; set one of them"
+            )
+        if self.on_s3 and bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
+            out.append(
+                "set both STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY, or neither"
+            )
+        if self.query_listen:
+            host, sep, port = self.query_listen.rpartition(":")
+            if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+                out.append(
+                    f"STREAMBED_QUERY_LISTEN={self.query_listen!r} must be host:port, "
+                    "e.g. 127.0.0.1:5433"
+                )
+        return out
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = f.type
+    if kind == "int":
+        return int(raw.replace("_", ""))
+    if kind == "float":
+        return float(raw)
+    if kind == "Path":
+        return Path(raw)
+    if kind == "tuple[str, ...]":
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return raw
+
+
+def _show(f: dataclasses.Field[Any], raw: str) -> str:
+    if f.metadata["secret"]:
+        return redact_url(raw) if "://" in raw else "<hidden>"
+    return repr(raw)
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def reference_markdown() -> str:
+    """docs/configuration.md, generated from the Settings fields."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `streambed/config.py` by `python -m streambed.config`. Do not edit by hand.",
+        "",
+        "| Variable | Default | Meaning |",
+        "| --- | --- | --- |",
+    ]
+    for f in dataclasses.fields(Settings):
+        if f.default is dataclasses.MISSING:
+            default = "(required)"
+        elif isinstance(f.default, tuple):
+            default = ",".join(f.default) or "(empty)"
+        else:
+            default = str(f.default) if str(f.default) != "" else "(empty)"
+        secret = " Secret: never logged." if f.metadata["secret"] else ""
+        lines.append(f"| `{f.metadata['env']}` | `{default}` | {f.metadata['help']}{secret} |")
+    lines += [
+        "| `STREAMBED_FAILPOINTS` | (empty) | Testing only: comma-separated failpoint names "
+        "at which the process kills itself (see docs/operations.md). |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(reference_markdown())

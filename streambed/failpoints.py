@@ -1,0 +1,46 @@
+"""Named failpoints for crash tests.
+
+`STREAMBED_FAILPOINTS=after_parquet_write,after_commit_before_state` makes the process
+kill itself with SIGKILL the first time it reaches each named point. A name may carry a
+count, `after_commit_before_state:3`, to fire on the third time instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+KNOWN = frozenset(
+    {
+        "after_parquet_write",
+        "after_commit_before_state",
+        "after_state_before_ack",
+        "after_table_commit",
+        "during_copy",
+    }
+)
+
+_hits: dict[str, int] = {}
+
+
+def _armed() -> dict[str, int]:
+    armed: dict[str, int] = {}
+    for item in os.environ.get("STREAMBED_FAILPOINTS", "").split(","):
+        name, _, count = item.strip().partition(":")
+        if name:
+            armed[name] = int(count) if count.isdigit() else 1
+    return armed
+
+
+def unknown_names() -> list[str]:
+    return sorted(set(_armed()) - KNOWN)
+
+
+def failpoint(name: str) -> None:
+    """Kill this process with SIGKILL if `name` is armed and reached its count."""
+    want = _armed().get(name)
+    if want is None:
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] >= want:
+        os.kill(os.getpid(), signal.SIGKILL)

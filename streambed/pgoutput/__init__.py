@@ -1,0 +1,1 @@
+"""pgoutput: the logical replication protocol's messages, decoded without I/O."""
