@@ -1,0 +1,7 @@
+"""The Iceberg side: catalog, type mapping and conversion, tables, Parquet files, commits, storage.
+
+Modules: `catalog` (open_catalog), `types` (Postgres → Iceberg/Arrow types), `convert`
+(text-form values → Arrow), `tables` (ensure_table, arrow_schema), `files` (write_parquet,
+data_files, FileInfo), `commit` (commit, truncate_commit, frontier), `storage` (buckets,
+pyarrow filesystems; the only boto3 user).
+"""

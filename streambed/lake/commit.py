@@ -1,0 +1,145 @@
+"""Committing written files to a lake table, with the source LSN they cover.
+
+One Iceberg transaction per commit swaps files (overwrite: remove some data files, add
+others) and records the table's frontier `streambed.lsn` in the snapshot summary. The
+frontier is the source of truth for what the lake holds: on restart, changes with a
+commit LSN at or below it are already in the table.
+
+A commit is given the paths of files already written, so a retry replays exactly the
+same commit. Replaying a commit that already landed (same LSN, added files live, removed
+files gone) returns the current metadata location without committing again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    ValidationException,
+)
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from streambed.errors import Kind, StateError, StorageError, StreambedError
+from streambed.lake.files import current_data_files
+
+SUMMARY_LSN: Final = "streambed.lsn"
+COMMIT_ATTEMPTS: Final = 4
+
+
+def frontier(table: Table) -> int | None:
+    """The source LSN the table's current snapshot covers, or None if nothing was committed.
+
+    Walks back through parent snapshots when the latest one (written by another tool,
+    e.g. maintenance) does not carry `streambed.lsn`.
+    """
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        value = snapshot.summary[SUMMARY_LSN] if snapshot.summary is not None else None
+        if value is not None:
+            return int(value)
+        if snapshot.parent_snapshot_id is None:
+            return None
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    return None
+
+
+def commit(table: Table, *, removed: Sequence[str], added: Sequence[str], lsn: int) -> str:
+    """Atomically remove data files `removed` and add the written files `added`, at `lsn`.
+
+    Returns the new metadata location; `table` is refreshed to it. Raises StateError when
+    `lsn` is below the table's frontier, and COMMIT_CONFLICT when a file to remove is no
+    longer in the table (someone else changed it; re-plan from the current files).
+    """
+    return _commit(table, removed=removed, added=added, lsn=lsn, replace_all=False)
+
+
+def truncate_commit(table: Table, *, added: Sequence[str], lsn: int) -> str:
+    """Replace every current data file by `added` (a source TRUNCATE, then the new rows)."""
+    return _commit(table, removed=(), added=added, lsn=lsn, replace_all=True)
+
+
+def _commit(
+    table: Table, *, removed: Sequence[str], added: Sequence[str], lsn: int, replace_all: bool
+) -> str:
+    name = ".".join(table.name())
+    new_files: list[DataFile] | None = None
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        table.refresh()
+        current = frontier(table)
+        if current is not None and lsn < current:
+            raise StateError(
+                f"{name}: refusing to commit at LSN {lsn:X} below the table's frontier "
+                f"{current:X}; the lake already holds later changes. Check that only one "
+                "streambed writes this catalog"
+            )
+        live = current_data_files(table)
+        if not replace_all and _already_committed(live, removed, added, lsn, current):
+            return str(table.metadata_location)
+        to_remove = list(live) if replace_all else list(dict.fromkeys(removed))
+        missing = [p for p in to_remove if p not in live]
+        if missing:
+            raise StreambedError(
+                f"{name}: {len(missing)} file(s) to replace are no longer in the table "
+                f"(e.g. {missing[0]}); another writer changed it since the merge was planned. "
+                "Re-plan the merge from the current files",
+                kind=Kind.COMMIT_CONFLICT,
+            )
+        if new_files is None:
+            new_files = [_data_file(table, path) for path in dict.fromkeys(added)]
+        try:
+            with table.transaction() as tx:
+                update = tx.update_snapshot(snapshot_properties={SUMMARY_LSN: str(lsn)})
+                with update.overwrite() as overwrite:
+                    for path in to_remove:
+                        overwrite.delete_data_file(live[path])
+                    for data_file in new_files:
+                        overwrite.append_data_file(data_file)
+            return str(table.metadata_location)
+        except CommitFailedException as e:
+            if attempt == COMMIT_ATTEMPTS:
+                raise StreambedError(
+                    f"{name}: the catalog rejected the commit {attempt} times because the table "
+                    f"kept changing ({e}); check that only one streambed writes this catalog",
+                    kind=Kind.COMMIT_CONFLICT,
+                ) from e
+        except ValidationException as e:
+            raise StreambedError(
+                f"{name}: the commit no longer applies to the table ({e}); another writer "
+                "changed it. Re-plan the merge from the current files",
+                kind=Kind.COMMIT_CONFLICT,
+            ) from e
+        except CommitStateUnknownException as e:
+            raise StorageError(
+                f"{name}: the catalog did not say whether the commit at LSN {lsn:X} landed "
+                f"({e}); retrying replays it safely"
+            ) from e
+    raise AssertionError("unreachable")
+
+
+def _already_committed(
+    live: dict[str, DataFile],
+    removed: Sequence[str],
+    added: Sequence[str],
+    lsn: int,
+    current: int | None,
+) -> bool:
+    if current != lsn or not added:
+        return False
+    return all(p in live for p in added) and not any(p in live for p in removed)
+
+
+def _data_file(table: Table, path: str) -> DataFile:
+    try:
+        return parquet_file_to_data_file(table.io, table.metadata, path)
+    except ValueError as e:
+        raise StreambedError(
+            f"{'.'.join(table.name())}: {path} does not match the table schema: {e}",
+            kind=Kind.INTERNAL,
+        ) from e
+    except OSError as e:
+        raise StorageError(f"cannot read the footer of {path}: {e}") from e

@@ -1,0 +1,167 @@
+"""Where table files live: the local warehouse directory or an S3 bucket.
+
+The only module that imports boto3 (for the bucket itself); file reads and writes go
+through pyarrow filesystems, which work the same on Spark executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+import pyarrow.fs as pafs
+
+from streambed.config import Settings
+from streambed.errors import StorageError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# pyiceberg FileIO property names (pyiceberg.io); also what `filesystem_from_properties` reads.
+S3_ENDPOINT = "s3.endpoint"
+S3_ACCESS_KEY_ID = "s3.access-key-id"
+S3_SECRET_ACCESS_KEY = "s3.secret-access-key"
+S3_REGION = "s3.region"
+
+
+def fileio_properties(settings: Settings) -> dict[str, str]:
+    """pyiceberg FileIO properties for the warehouse: empty for a local warehouse.
+
+    Path-style addressing is pyiceberg's and pyarrow's default (no property needed).
+    """
+    if not settings.on_s3:
+        return {}
+    props = {S3_REGION: settings.s3_region}
+    if settings.s3_endpoint:
+        props[S3_ENDPOINT] = settings.s3_endpoint
+    if settings.s3_access_key_id:
+        props[S3_ACCESS_KEY_ID] = settings.s3_access_key_id
+        props[S3_SECRET_ACCESS_KEY] = settings.s3_secret_access_key
+    return props
+
+
+def filesystem(settings: Settings) -> pafs.FileSystem:
+    """The pyarrow filesystem of the warehouse (LocalFileSystem or S3FileSystem)."""
+    if not settings.on_s3:
+        return pafs.LocalFileSystem()
+    return filesystem_from_properties(fileio_properties(settings))
+
+
+def filesystem_from_properties(properties: Mapping[str, str]) -> pafs.S3FileSystem:
+    """An S3FileSystem from pyiceberg FileIO properties (e.g. `table.io.properties`)."""
+    kwargs: dict[str, object] = {"region": properties.get(S3_REGION, "us-east-1")}
+    endpoint = properties.get(S3_ENDPOINT, "")
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+        kwargs["endpoint_override"] = parts.netloc
+        kwargs["scheme"] = parts.scheme
+    if properties.get(S3_ACCESS_KEY_ID):
+        kwargs["access_key"] = properties[S3_ACCESS_KEY_ID]
+        kwargs["secret_key"] = properties.get(S3_SECRET_ACCESS_KEY, "")
+    return pafs.S3FileSystem(**kwargs)
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """(scheme, filesystem path) of a warehouse URI: file:///a/b → ("file", "/a/b"),
+    s3://bucket/key → ("s3", "bucket/key"); a plain path is local."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("s3", "s3a", "s3n"):
+        return "s3", f"{parts.netloc}{parts.path}".rstrip("/")
+    if parts.scheme in ("", "file"):
+        return "file", unquote(parts.path) if parts.scheme else uri
+    raise StorageError(f"unsupported storage location {uri!r}: use a local path or s3://")
+
+
+def resolve(uri: str, properties: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) for a file or directory URI, using FileIO properties for S3."""
+    scheme, path = split_uri(uri)
+    if scheme == "s3":
+        return filesystem_from_properties(properties), path
+    return pafs.LocalFileSystem(), path
+
+
+def ensure_warehouse(settings: Settings) -> None:
+    """Create the local warehouse directory, or the S3 bucket, when missing."""
+    if settings.on_s3:
+        ensure_bucket(settings)
+        return
+    _, path = split_uri(settings.warehouse_uri)
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(
+            f"cannot create the warehouse directory {path}: {e}; set STREAMBED_WAREHOUSE or "
+            "STREAMBED_DATA_DIR to a writable directory"
+        ) from e
+
+
+def _client(settings: Settings) -> S3Client:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint or None,
+        region_name=settings.s3_region,
+        aws_access_key_id=settings.s3_access_key_id or None,
+        aws_secret_access_key=settings.s3_secret_access_key or None,
+        config=Config(
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"max_attempts": 2},
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
+def bucket_of(settings: Settings) -> str:
+    scheme, path = split_uri(settings.warehouse_uri)
+    if scheme != "s3":
+        raise StorageError("the warehouse is not on S3; set STREAMBED_S3_BUCKET")
+    return path.split("/", 1)[0]
+
+
+def ensure_bucket(settings: Settings) -> None:
+    """Create the warehouse bucket when it does not exist.
+
+    Raises StorageError naming the setting to fix when the endpoint cannot be reached or
+    the credentials are refused.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+    bucket = bucket_of(settings)
+    where = settings.s3_endpoint or "AWS S3"
+    client = _client(settings)
+    try:
+        client.head_bucket(Bucket=bucket)
+        return
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("403", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId"):
+            raise StorageError(
+                f"S3 at {where} refused the credentials for bucket {bucket!r} ({code}); check "
+                "STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY"
+            ) from e
+        if code not in ("404", "NoSuchBucket", "NotFound"):
+            raise StorageError(f"S3 at {where}: cannot check bucket {bucket!r}: {e}") from e
+    except EndpointConnectionError as e:
+        raise StorageError(f"cannot reach S3 at {where}: {e}; check STREAMBED_S3_ENDPOINT") from e
+    except BotoCoreError as e:
+        raise StorageError(
+            f"S3 at {where}: {e}; check STREAMBED_S3_ENDPOINT, STREAMBED_S3_REGION and the "
+            "STREAMBED_S3_ACCESS_KEY_ID/STREAMBED_S3_SECRET_ACCESS_KEY credentials"
+        ) from e
+    try:
+        client.create_bucket(Bucket=bucket)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            return
+        raise StorageError(
+            f"S3 at {where}: cannot create bucket {bucket!r} ({code}): {e}; create it or set "
+            "STREAMBED_S3_BUCKET to an existing bucket"
+        ) from e
+    except BotoCoreError as e:
+        raise StorageError(f"S3 at {where}: cannot create bucket {bucket!r}: {e}") from e
