@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from operator import itemgetter
 from typing import Any, Final
 
 import pyarrow as pa
@@ -135,14 +136,14 @@ def _convert(
     allow_unchanged: bool,
 ) -> tuple[list[pa.Array], dict[str, pa.BooleanArray]]:
     width = len(indexes)
-    for row in rows:
-        if len(row) != width:
-            raise StreambedError(
-                f"{relation.namespace}.{relation.name}: got a tuple of {len(row)} values for "
-                f"{width} columns; the relation changed without a new Relation message",
-                kind=Kind.PROTOCOL,
-            )
-    columns: list[Sequence[TupleValue]] = list(zip(*rows, strict=True)) if rows else [()] * width
+    widths = set(map(len, rows))
+    if widths - {width}:
+        raise StreambedError(
+            f"{relation.namespace}.{relation.name}: got tuples of {sorted(widths)} values for "
+            f"{width} columns; the relation changed without a new Relation message",
+            kind=Kind.PROTOCOL,
+        )
+    columns = [list(map(itemgetter(position), rows)) for position in range(width)]
     arrays: list[pa.Array] = []
     unchanged: dict[str, pa.BooleanArray] = {}
     for position, index in enumerate(indexes):

@@ -9,6 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -332,3 +334,24 @@ def test_wrong_width_is_a_protocol_error() -> None:
     with pytest.raises(StreambedError) as info:
         rows_to_arrow(RELATION, [(b"1", b"x")])
     assert info.value.kind is Kind.PROTOCOL
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    moment=st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30)),
+    offset_minutes=st.integers(min_value=-15 * 60, max_value=15 * 60),
+)
+def test_python_fallback_agrees_with_arrow(moment: dt.datetime, offset_minutes: int) -> None:
+    """The per-value fallback and the vectorized cast give the same instant."""
+    sign = "+" if offset_minutes >= 0 else "-"
+    hours, minutes = divmod(abs(offset_minutes), 60)
+    day_text = f"{moment.year:04d}-{moment:%m-%d}"  # %Y does not pad years below 1000
+    text = f"{day_text} {moment:%H:%M:%S}.{moment.microsecond:06d}{sign}{hours:02d}:{minutes:02d}"
+    ctype = column_type(col(t.TIMESTAMPTZ))
+    vectorized, _ = convert_column([text.encode()], ctype)
+    # a BC value in the same column forces the whole column through the Python fallback
+    fallback, _ = convert_column([text.encode(), b"0001-01-01 00:00:00+00 BC"], ctype)
+    assert vectorized.view(pa.int64())[0] == fallback.view(pa.int64())[0]
+    date_ctype = column_type(col(t.DATE))
+    day, _ = convert_column([day_text.encode(), b"0001-01-01 BC"], date_ctype)
+    assert day.view(pa.int32())[0].as_py() == (moment.date() - dt.date(1970, 1, 1)).days
