@@ -57,7 +57,8 @@ class Settings:
     )
     exclude_tables: tuple[str, ...] = _setting(
         "STREAMBED_EXCLUDE_TABLES",
-        "Comma-separated schema.table names or patterns to leave out; applied after the include list.",
+        "Comma-separated schema.table names or patterns to leave out; applied after the "
+        "include list.",
         (),
     )
     data_dir: Path = _setting(
@@ -80,7 +81,9 @@ class Settings:
     )
     s3_region: str = _setting("STREAMBED_S3_REGION", "S3 region.", "us-east-1")
     s3_access_key_id: str = _setting(
-        "STREAMBED_S3_ACCESS_KEY_ID", "S3 access key; empty uses the AWS default chain.", "",
+        "STREAMBED_S3_ACCESS_KEY_ID",
+        "S3 access key; empty uses the AWS default chain.",
+        "",
         secret=True,
     )
     s3_secret_access_key: str = _setting(
@@ -92,7 +95,9 @@ class Settings:
         "or the http(s):// URI of an Iceberg REST catalog.",
         "",
     )
-    catalog_name: str = _setting("STREAMBED_CATALOG_NAME", "Name of the Iceberg catalog.", "streambed")
+    catalog_name: str = _setting(
+        "STREAMBED_CATALOG_NAME", "Name of the Iceberg catalog.", "streambed"
+    )
     catalog_token: str = _setting(
         "STREAMBED_CATALOG_TOKEN", "Bearer token for a REST catalog.", "", secret=True
     )
@@ -105,7 +110,8 @@ class Settings:
         256 * 1024 * 1024,
     )
     flush_interval: float = _setting(
-        "STREAMBED_FLUSH_INTERVAL", "Flush at least this often, in seconds, when anything is buffered.",
+        "STREAMBED_FLUSH_INTERVAL",
+        "Flush at least this often, in seconds, when anything is buffered.",
         2.0,
     )
     txn_memory_bytes: int = _setting(
@@ -212,10 +218,13 @@ class Settings:
                 "STREAMBED_SOURCE_URL must start with postgresql:// "
                 f"(got {redact_url(self.source_url)!r})"
             )
-        for env, value in (("STREAMBED_PUBLICATION", self.publication), ("STREAMBED_SLOT", self.slot)):
-            if not _NAME.match(value):
+        for env, name in (
+            ("STREAMBED_PUBLICATION", self.publication),
+            ("STREAMBED_SLOT", self.slot),
+        ):
+            if not _NAME.match(name):
                 out.append(
-                    f"{env}={value!r} must be a lowercase identifier (letters, digits, _; "
+                    f"{env}={name!r} must be a lowercase identifier (letters, digits, _; "
                     "at most 63 characters)"
                 )
         for env, value in (
@@ -235,20 +244,25 @@ class Settings:
             out.append(f"STREAMBED_LOG_LEVEL={self.log_level!r}: use debug, info, warning or error")
         if self.log_format not in ("text", "json"):
             out.append(f"STREAMBED_LOG_FORMAT={self.log_format!r}: use text or json")
-        if self.catalog_uri and urlsplit(self.catalog_uri).scheme not in ("sqlite", "http", "https"):
+        if self.catalog_uri and urlsplit(self.catalog_uri).scheme not in (
+            "sqlite",
+            "http",
+            "https",
+        ):
             out.append(
                 "STREAMBED_CATALOG_URI must be a sqlite:/// URL or an http(s):// REST catalog URI"
             )
         if self.s3_bucket and self.warehouse and not self.warehouse.startswith("s3://"):
             out.append(
-                "STREAMBED_WAREHOUSE is a local path but STREAMBED_S3_BUCKET is set; set one of them"
+                "STREAMBED_WAREHOUSE is a local path but STREAMBED_S3_BUCKET is set; "
+                "set one of them"
             )
         if self.on_s3 and bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
             out.append(
                 "set both STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY, or neither"
             )
         if self.query_listen:
-            host, sep, port = self.query_listen.rpartition(":")
+            _host, sep, port = self.query_listen.rpartition(":")
             if not sep or not port.isdigit() or not 0 < int(port) < 65536:
                 out.append(
                     f"STREAMBED_QUERY_LISTEN={self.query_listen!r} must be host:port, "
@@ -291,7 +305,7 @@ def reference_markdown() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `streambed/config.py` by `python -m streambed.config`. Do not edit by hand.",
+        "Generated from `streambed/config.py` by `python -m streambed.config` (`make docs`).",
         "",
         "| Variable | Default | Meaning |",
         "| --- | --- | --- |",

@@ -83,7 +83,9 @@ class DecodeError(StreambedError):
     kind = Kind.DECODE
 
     def __init__(self, message_kind: str, offset: int, detail: str) -> None:
-        super().__init__(f"cannot decode pgoutput {message_kind} message at byte {offset}: {detail}")
+        super().__init__(
+            f"cannot decode pgoutput {message_kind} message at byte {offset}: {detail}"
+        )
         self.message_kind = message_kind
         self.offset = offset
         self.detail = detail

@@ -1,0 +1,86 @@
+"""The `streambed` command. Only this module turns errors into exit codes and messages."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from streambed import __version__
+from streambed.config import Settings
+from streambed.errors import EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, StreambedError, exit_code
+from streambed.log import setup
+
+logger = logging.getLogger("streambed")
+
+EPILOG = """exit codes:
+  0    stopped cleanly (SIGINT/SIGTERM: committed changes flushed and acknowledged)
+  1    internal error or corrupt input (a bug: report it)
+  2    configuration error (the message names the variable and the fix)
+  3    the source, lake or state needs an operator (the message says what to do)
+  130  interrupted before start-up finished
+
+Configuration is read from STREAMBED_* environment variables; see docs/configuration.md."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streambed",
+        description="Keep an Iceberg copy of a Postgres database and serve it over the "
+        "Postgres wire protocol.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"streambed {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "run",
+        help="replicate the source into Iceberg and serve the lake on the query port",
+        description="Replicate continuously (creating the publication and slot when missing) "
+        "and serve the tables over the Postgres wire protocol. SIGINT/SIGTERM flush and exit.",
+    )
+    commands.add_parser(
+        "serve",
+        help="serve the lake on the query port without replicating",
+        description="Serve the Iceberg tables recorded in the state store over the Postgres "
+        "wire protocol, following new commits of a `streambed run` elsewhere.",
+    )
+    commands.add_parser(
+        "status",
+        help="print each table's state and frontier, and the slot's lag",
+        description="Print the state store's tables, frontiers and the last watermark.",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except StreambedError as e:
+        sys.stderr.write(f"streambed: {e}\n")
+        return exit_code(e)
+    setup(settings.log_level, settings.log_format)
+    from streambed import app  # heavy imports (Spark, DuckDB) only after config is valid
+
+    try:
+        if args.command == "run":
+            app.run(settings)
+        elif args.command == "serve":
+            app.serve(settings)
+        else:
+            sys.stdout.write(app.status(settings))
+    except StreambedError as e:
+        logger.error("%s", e, extra={"fields": {"kind": e.kind.value, "action": e.policy.value}})
+        return exit_code(e)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception:
+        logger.exception("internal error")
+        return EXIT_FATAL
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

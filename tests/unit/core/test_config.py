@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streambed.config import Settings, redact_url, reference_markdown
+from streambed.errors import ConfigError, Kind
+
+URL = "postgresql://app:s3cret@db.example:5432/shop"
+
+
+def test_defaults_need_only_the_source_url() -> None:
+    settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL})
+    assert settings.publication == "streambed"
+    assert settings.slot == "streambed"
+    assert settings.flush_rows == 100_000
+    assert not settings.on_s3
+    assert settings.warehouse_uri == (Path("streambed-data") / "warehouse").resolve().as_uri()
+    assert settings.catalog_url.startswith("sqlite:///")
+    assert settings.query_host_port == ("127.0.0.1", 5433)
+
+
+def test_missing_source_url_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({})
+    assert "STREAMBED_SOURCE_URL is not set" in str(info.value)
+    assert info.value.kind is Kind.CONFIG
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"STREAMBED_FLUSH_ROWS": "many"}, "STREAMBED_FLUSH_ROWS='many' is invalid"),
+        ({"STREAMBED_FLUSH_ROWS": "0"}, "STREAMBED_FLUSH_ROWS=0 must be a positive number"),
+        ({"STREAMBED_FLUSH_INTERVAL": "-1"}, "STREAMBED_FLUSH_INTERVAL=-1.0 must be above 0"),
+        (
+            {"STREAMBED_SLOT": "Bad-Slot"},
+            "STREAMBED_SLOT='Bad-Slot' must be a lowercase identifier",
+        ),
+        ({"STREAMBED_LOG_FORMAT": "xml"}, "use text or json"),
+        ({"STREAMBED_QUERY_LISTEN": "localhost"}, "must be host:port"),
+        ({"STREAMBED_CATALOG_URI": "thrift://x"}, "STREAMBED_CATALOG_URI must be"),
+        ({"STREAMBED_S3_BUCKET": "b", "STREAMBED_S3_ACCESS_KEY_ID": "k"}, "set both"),
+        ({"STREAMBED_FAILPOINTS": "nonsense"}, "unknown failpoints nonsense"),
+    ],
+)
+def test_bad_values_are_named(
+    env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "STREAMBED_FAILPOINTS" in env:
+        monkeypatch.setenv("STREAMBED_FAILPOINTS", env.pop("STREAMBED_FAILPOINTS"))
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"STREAMBED_SOURCE_URL": URL, **env})
+    assert expected in str(info.value)
+
+
+def test_errors_never_show_the_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"STREAMBED_SOURCE_URL": "mysql://app:s3cret@db/x"})
+    assert "s3cret" not in str(info.value)
+    assert "app:***@db" in str(info.value)
+
+
+def test_redact_url() -> None:
+    assert redact_url(URL) == "postgresql://app:***@db.example:5432/shop"
+    assert redact_url("postgresql://db/x") == "postgresql://db/x"
+
+
+def test_s3_warehouse() -> None:
+    settings = Settings.from_env(
+        {
+            "STREAMBED_SOURCE_URL": URL,
+            "STREAMBED_S3_BUCKET": "lake",
+            "STREAMBED_S3_PREFIX": "/prod/",
+            "STREAMBED_S3_ACCESS_KEY_ID": "k",
+            "STREAMBED_S3_SECRET_ACCESS_KEY": "s",
+        }
+    )
+    assert settings.on_s3
+    assert settings.warehouse_uri == "s3://lake/prod"
+
+
+def test_lists_are_split() -> None:
+    settings = Settings.from_env(
+        {"STREAMBED_SOURCE_URL": URL, "STREAMBED_INCLUDE_TABLES": "public.a, sales.* ,"}
+    )
+    assert settings.include_tables == ("public.a", "sales.*")
+
+
+def test_reference_lists_every_variable_and_the_checked_in_copy_is_current() -> None:
+    text = reference_markdown()
+    for name in ("STREAMBED_SOURCE_URL", "STREAMBED_FLUSH_BYTES", "STREAMBED_S3_ENDPOINT"):
+        assert f"`{name}`" in text
+    checked_in = Path(__file__).parents[3] / "docs" / "configuration.md"
+    assert checked_in.read_text() == text, "run `make docs` to regenerate docs/configuration.md"
