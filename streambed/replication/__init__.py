@@ -1,0 +1,57 @@
+"""The replication source: connections, setup and catalog queries, the stream, heartbeats.
+
+Everything that talks to the source Postgres lives here; the decoder (`streambed.pgoutput`)
+stays pure and gets the payload bytes of `XLogData`.
+"""
+
+from streambed.replication.backoff import Backoff, Retrier
+from streambed.replication.connection import (
+    CreatedSlot,
+    ReplicationConnection,
+    SystemIdentity,
+    classify,
+    sql_connect,
+)
+from streambed.replication.heartbeat import HEARTBEAT_PREFIX, Heartbeat
+from streambed.replication.setup import (
+    PublicationResult,
+    PublishedTable,
+    SlotPosition,
+    SlotResult,
+    TableKey,
+    check_source,
+    current_wal_lsn,
+    ensure_publication,
+    ensure_slot,
+    publication_tables,
+    slot_position,
+    table_key,
+)
+from streambed.replication.stream import Keepalive, ReplicationStream, XLogData
+
+__all__ = [
+    "HEARTBEAT_PREFIX",
+    "Backoff",
+    "CreatedSlot",
+    "Heartbeat",
+    "Keepalive",
+    "PublicationResult",
+    "PublishedTable",
+    "ReplicationConnection",
+    "ReplicationStream",
+    "Retrier",
+    "SlotPosition",
+    "SlotResult",
+    "SystemIdentity",
+    "TableKey",
+    "XLogData",
+    "check_source",
+    "classify",
+    "current_wal_lsn",
+    "ensure_publication",
+    "ensure_slot",
+    "publication_tables",
+    "slot_position",
+    "sql_connect",
+    "table_key",
+]

@@ -1,0 +1,350 @@
+"""Source setup and the catalog queries the pipeline needs.
+
+`check_source` verifies wal_level and the role's right to replicate; `ensure_publication` and
+`ensure_slot` create what is missing and report whether they did. Nothing here ever drops a
+publication or a slot: streambed only removes what an operator asks it to.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from streambed.errors import Kind, SourceError
+from streambed.lsn import parse_lsn
+from streambed.replication.connection import (
+    CreatedSlot,
+    ReplicationConnection,
+    check_name,
+    source_error,
+)
+
+logger = logging.getLogger(__name__)
+
+SQLConnection = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True)
+class PublicationResult:
+    name: str
+    created: bool
+    publish_via_partition_root: bool
+    all_tables: bool
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    name: str
+    created: bool
+    # Set only when the slot was created now. With export_snapshot, the snapshot stays valid
+    # until the replication connection that created it runs its next command or closes.
+    consistent_point: int | None = None
+    snapshot_name: str | None = None
+
+
+@dataclass(frozen=True)
+class SlotPosition:
+    confirmed_flush_lsn: int | None
+    restart_lsn: int | None
+    active: bool
+    active_pid: int | None
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    schema: str
+    name: str
+    relation_id: int
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class TableKey:
+    primary_key: tuple[str, ...]  # in index order; () when the table has none
+    replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index
+    identity_columns: tuple[str, ...]  # the columns Delete/Update old tuples carry as key
+
+
+def _run(
+    conn: SQLConnection, query: sql.Composed | str, params: Sequence[Any] = (), *, action: str
+) -> list[tuple[Any, ...]]:
+    try:
+        if isinstance(query, str):
+            cur = conn.execute(query.encode(), params)
+        else:
+            cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description is not None else []
+    except psycopg.OperationalError as e:
+        raise source_error(_url(conn), action, str(e), Kind.SOURCE_UNREACHABLE) from e
+    except psycopg.errors.InsufficientPrivilege as e:
+        raise source_error(_url(conn), action, str(e), Kind.SOURCE_SETUP) from e
+    except psycopg.Error as e:
+        raise source_error(_url(conn), action, str(e)) from e
+
+
+def _url(conn: SQLConnection) -> str:
+    info = conn.info
+    return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+
+
+# ---- checks --------------------------------------------------------------------------
+
+
+def check_source(conn: SQLConnection) -> None:
+    """wal_level must be logical and the role must be allowed to replicate."""
+    (wal_level,) = _run(conn, "SHOW wal_level", action="reading wal_level")[0]
+    if wal_level != "logical":
+        raise SourceError(
+            f"the source has wal_level = {wal_level}; logical replication needs logical. Run "
+            "ALTER SYSTEM SET wal_level = logical; as a superuser and restart Postgres",
+            kind=Kind.SOURCE_SETUP,
+        )
+    rows = _run(
+        conn,
+        "SELECT rolname, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user",
+        action="reading the role's attributes",
+    )
+    rolname, may_replicate, superuser = rows[0]
+    if not (may_replicate or superuser):
+        raise SourceError(
+            f"role {rolname} may not replicate. Run ALTER ROLE {rolname} WITH REPLICATION; "
+            "as a superuser, or connect as a role that has it",
+            kind=Kind.SOURCE_AUTH,
+        )
+
+
+# ---- publication and slot --------------------------------------------------------------
+
+
+def ensure_publication(conn: SQLConnection, publication: str) -> PublicationResult:
+    """Create `publication` FOR ALL TABLES (publish_via_partition_root) unless it exists."""
+    check_name(publication, "STREAMBED_PUBLICATION")
+    existing = _publication(conn, publication)
+    if existing is not None:
+        if not existing.publish_via_partition_root:
+            logger.warning(
+                "publication does not publish via partition root; partitions arrive as "
+                "separate tables",
+                extra={"fields": {"publication": publication}},
+            )
+        return existing
+    query = sql.SQL(
+        "CREATE PUBLICATION {} FOR ALL TABLES WITH (publish_via_partition_root = true)"
+    ).format(sql.Identifier(publication))
+    try:
+        conn.execute(query)
+    except psycopg.errors.DuplicateObject:  # created concurrently: not ours
+        found = _publication(conn, publication)
+        if found is not None:
+            return found
+        raise
+    except psycopg.errors.InsufficientPrivilege as e:
+        raise SourceError(
+            f"cannot create publication {publication}: {' '.join(str(e).split())}. Create it "
+            f"as a superuser: CREATE PUBLICATION {publication} FOR ALL TABLES WITH "
+            "(publish_via_partition_root = true); or set STREAMBED_PUBLICATION to an existing "
+            "publication",
+            kind=Kind.SOURCE_SETUP,
+        ) from e
+    except psycopg.Error as e:
+        raise source_error(_url(conn), f"creating publication {publication}", str(e)) from e
+    logger.info("created publication", extra={"fields": {"publication": publication}})
+    return PublicationResult(
+        publication, created=True, publish_via_partition_root=True, all_tables=True
+    )
+
+
+def _publication(conn: SQLConnection, publication: str) -> PublicationResult | None:
+    rows = _run(
+        conn,
+        "SELECT puballtables, pubviaroot FROM pg_publication WHERE pubname = %s",
+        (publication,),
+        action="reading publications",
+    )
+    if not rows:
+        return None
+    all_tables, via_root = rows[0]
+    return PublicationResult(
+        publication,
+        created=False,
+        publish_via_partition_root=bool(via_root),
+        all_tables=bool(all_tables),
+    )
+
+
+def ensure_slot(
+    conn: SQLConnection,
+    replication: ReplicationConnection,
+    slot: str,
+    *,
+    export_snapshot: bool = False,
+) -> SlotResult:
+    """Create the pgoutput slot `slot` unless it exists.
+
+    `conn` (a SQL connection to the same database) looks the slot up; `replication` creates it.
+    With `export_snapshot`, a created slot also returns the exported snapshot's name and the
+    consistent point: copy under that snapshot, then stream from the consistent point.
+    An existing slot of another plugin or database is a SOURCE_SETUP error.
+    """
+    check_name(slot, "STREAMBED_SLOT")
+    existing = _slot_row(conn, slot)
+    if existing is None:
+        try:
+            created: CreatedSlot = replication.create_slot(slot, export_snapshot=export_snapshot)
+        except SourceError as e:
+            if "already exists" not in str(e):
+                raise
+            existing = _slot_row(conn, slot)  # created concurrently: not ours
+            if existing is None:
+                raise
+        else:
+            logger.info("created replication slot", extra={"fields": {"slot": slot}})
+            return SlotResult(
+                slot,
+                created=True,
+                consistent_point=created.consistent_point,
+                snapshot_name=created.snapshot_name,
+            )
+    plugin, slot_type, database = existing
+    if slot_type != "logical" or plugin != "pgoutput" or database != conn.info.dbname:
+        raise SourceError(
+            f"replication slot {slot} exists but is a {slot_type} slot of plugin {plugin} in "
+            f"database {database}; streambed needs a logical pgoutput slot in database "
+            f"{conn.info.dbname}. Set STREAMBED_SLOT to another name (streambed never drops "
+            "slots it did not create)",
+            kind=Kind.SOURCE_SETUP,
+        )
+    return SlotResult(slot, created=False)
+
+
+def _slot_row(conn: SQLConnection, slot: str) -> tuple[Any, ...] | None:
+    rows = _run(
+        conn,
+        "SELECT plugin, slot_type, database FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+        action="reading replication slots",
+    )
+    return rows[0] if rows else None
+
+
+# ---- catalog ---------------------------------------------------------------------------
+
+
+def publication_tables(
+    conn: SQLConnection,
+    publication: str,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> list[PublishedTable]:
+    """Tables of the publication, sorted by schema.table, filtered by shell patterns.
+
+    `include` empty means every table; `exclude` applies after it. Patterns match
+    "schema.table" case-sensitively (fnmatchcase): `public.*`, `sales.order_*`.
+    """
+    if _publication(conn, publication) is None:
+        raise SourceError(
+            f"publication {publication} does not exist in database {conn.info.dbname}; create "
+            f"it (CREATE PUBLICATION {publication} FOR ALL TABLES WITH "
+            "(publish_via_partition_root = true)) or set STREAMBED_PUBLICATION",
+            kind=Kind.SOURCE_SETUP,
+        )
+    rows = _run(
+        conn,
+        """
+        SELECT pt.schemaname, pt.tablename, c.oid
+        FROM pg_publication_tables pt
+        JOIN pg_namespace n ON n.nspname = pt.schemaname
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+        WHERE pt.pubname = %s
+        ORDER BY pt.schemaname, pt.tablename
+        """,
+        (publication,),
+        action="listing the publication's tables",
+    )
+    tables = [PublishedTable(schema, name, int(oid)) for schema, name, oid in rows]
+    return [t for t in tables if table_selected(t.qualified_name, include, exclude)]
+
+
+def table_selected(qualified_name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    if include and not any(fnmatch.fnmatchcase(qualified_name, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(qualified_name, p) for p in exclude)
+
+
+def table_key(conn: SQLConnection, relation_id: int) -> TableKey:
+    """Primary key columns (index order) and replica identity of one table."""
+    ident = _run(
+        conn,
+        "SELECT relreplident FROM pg_class WHERE oid = %s",
+        (relation_id,),
+        action="reading the table's replica identity",
+    )
+    if not ident:
+        raise SourceError(
+            f"table with relation id {relation_id} no longer exists on the source",
+            kind=Kind.SOURCE_SETUP,
+        )
+    replica_identity = str(ident[0][0])
+    primary_key = _index_columns(conn, relation_id, "indisprimary")
+    if replica_identity == "d":
+        identity = primary_key
+    elif replica_identity == "i":
+        identity = _index_columns(conn, relation_id, "indisreplident")
+    else:
+        identity = ()
+    return TableKey(primary_key, replica_identity, identity)
+
+
+def _index_columns(conn: SQLConnection, relation_id: int, flag: str) -> tuple[str, ...]:
+    rows = _run(
+        conn,
+        sql.SQL(
+            """
+            SELECT a.attname
+            FROM pg_index i
+            CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+            WHERE i.indrelid = %s AND i.{}
+            ORDER BY k.ord
+            """
+        ).format(sql.Identifier(flag)),
+        (relation_id,),
+        action="reading the table's key columns",
+    )
+    return tuple(str(r[0]) for r in rows)
+
+
+def current_wal_lsn(conn: SQLConnection) -> int:
+    rows = _run(conn, "SELECT pg_current_wal_lsn()::text", action="reading the current WAL LSN")
+    return parse_lsn(rows[0][0])
+
+
+def slot_position(conn: SQLConnection, slot: str) -> SlotPosition | None:
+    """confirmed_flush_lsn and restart_lsn of a slot; None when it does not exist."""
+    rows = _run(
+        conn,
+        """
+        SELECT confirmed_flush_lsn::text, restart_lsn::text, active, active_pid
+        FROM pg_replication_slots WHERE slot_name = %s
+        """,
+        (slot,),
+        action="reading the replication slot",
+    )
+    if not rows:
+        return None
+    confirmed, restart, active, pid = rows[0]
+    return SlotPosition(
+        confirmed_flush_lsn=parse_lsn(confirmed) if confirmed is not None else None,
+        restart_lsn=parse_lsn(restart) if restart is not None else None,
+        active=bool(active),
+        active_pid=pid,
+    )
