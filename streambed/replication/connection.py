@@ -137,10 +137,9 @@ def source_error(url: str, action: str, detail: str, kind: Kind | None = None) -
     params = _params(url)
     detail = _scrub(" ".join(detail.split()), params.get("password"))
     user = params.get("user") or "<user>"
-    return SourceError(
-        f"{action} at {redact_url(url)} failed: {detail}; {_fix(kind, detail, user)}",
-        kind=kind,
-    )
+    message = f"{action} at {redact_url(url)} failed: {detail}; {_fix(kind, detail, user)}"
+    # redact_url misses a password given as ?password=...; remove it wherever it appears.
+    return SourceError(_scrub(message, params.get("password")), kind=kind)
 
 
 def _params(url: str) -> dict[str, str]:

@@ -81,3 +81,9 @@ def test_source_error_hides_the_password_everywhere() -> None:
     error = source_error(url, "connecting", "weird server text mentioning hunter2")
     assert "hunter2" not in str(error)
     assert "alice:***@db" in str(error)
+
+
+def test_source_error_hides_a_password_given_as_query_parameter() -> None:
+    url = "postgresql://alice@db:5432/app?password=hunter2"
+    error = source_error(url, "connecting", "refused")
+    assert "hunter2" not in str(error)
