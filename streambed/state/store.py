@@ -1,0 +1,298 @@
+"""The local state store: a fast-startup cache of replication progress, in SQLite.
+
+Tables:
+- `tables`: one row per replicated table: relation id, copy status, frontier LSN (what is
+  durable in the lake for it) and the Iceberg metadata location at that frontier.
+- `watermarks`: the consistent points (one per flush): LSN, time, and every table's
+  metadata location at it; the last `WATERMARK_HISTORY` are kept.
+- `meta`: small key/value settings (schema version, slot, ...).
+
+The Iceberg snapshot summary is the source of truth; `reconcile` lets it win at start.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal, cast, get_args
+
+from sqlite_utils import Database
+
+from streambed.errors import StateError
+from streambed.lsn import format_lsn
+
+Status = Literal["pending", "copying", "ready"]
+STATUSES: Final[tuple[str, ...]] = get_args(Status)
+WATERMARK_HISTORY: Final = 100
+SCHEMA_VERSION: Final = "1"
+
+
+@dataclass(frozen=True)
+class TableState:
+    schema: str
+    name: str
+    relation_id: int
+    status: Status
+    frontier_lsn: int | None  # None until the table's first commit to the lake
+    metadata_location: str | None
+    updated_at: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A consistent point: every table in `tables` is at `lsn` at that metadata location."""
+
+    lsn: int
+    committed_at: str
+    tables: Mapping[str, str]  # "schema.table" -> metadata location
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class StateStore:
+    """Replication progress in one SQLite file (WAL journal), safe to share between threads.
+
+    Contract: progress never moves backward. `set_frontier` and `record_watermark` refuse
+    a lower LSN than the stored one with a `StateError` (that is a bug in the caller), and
+    `reconcile` only moves the stored frontier forward to match Iceberg; when the store is
+    ahead of Iceberg it refuses, because only an operator can decide to resync. The one
+    explicit way back is `forget`, for a table that is being copied again from scratch.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = Database(conn)
+        self._db.enable_wal()
+        with self._lock, self._transaction():
+            self._create()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- tables ---------------------------------------------------------------------
+
+    def register(self, schema: str, name: str, relation_id: int, status: Status) -> TableState:
+        """Add a table or update its relation id and status; its frontier is kept."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+        with self._lock, self._transaction():
+            self._db.execute(
+                "INSERT INTO tables (schema, name, relation_id, status, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (schema, name) DO UPDATE SET "
+                "relation_id = excluded.relation_id, status = excluded.status, "
+                "updated_at = excluded.updated_at",
+                [schema, name, relation_id, status, _now()],
+            )
+            return self._require(schema, name)
+
+    def table(self, schema: str, name: str) -> TableState | None:
+        with self._lock:
+            rows = list(
+                self._db.query("SELECT * FROM tables WHERE schema = ? AND name = ?", [schema, name])
+            )
+        return _table_state(rows[0]) if rows else None
+
+    def tables(self) -> list[TableState]:
+        with self._lock:
+            rows = list(self._db.query("SELECT * FROM tables ORDER BY schema, name"))
+        return [_table_state(row) for row in rows]
+
+    def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None:
+        """Record that the lake holds `schema.name` up to `lsn`. Never moves backward."""
+        with self._lock, self._transaction():
+            current = self._require(schema, name)
+            if current.frontier_lsn is not None and lsn < current.frontier_lsn:
+                raise StateError(
+                    f"refusing to move the frontier of {current.qualified} back from "
+                    f"{format_lsn(current.frontier_lsn)} to {format_lsn(lsn)}: progress only "
+                    "moves forward; this is a bug in streambed"
+                )
+            self._write_frontier(schema, name, lsn, metadata_location)
+
+    def forget(self, schema: str, name: str) -> None:
+        """Remove a table's state, so it is registered and copied again from scratch."""
+        with self._lock, self._transaction():
+            self._db.execute("DELETE FROM tables WHERE schema = ? AND name = ?", [schema, name])
+
+    def reconcile(
+        self, schema: str, name: str, iceberg_lsn: int | None, metadata_location: str | None
+    ) -> TableState:
+        """Make the stored frontier agree with Iceberg's (the source of truth) at start.
+
+        Iceberg ahead (a crash after its commit, before the state update): move forward.
+        Stored frontier ahead (the lake table was rolled back or replaced): `StateError`.
+        `iceberg_lsn` None means the lake table has no streambed snapshot.
+        """
+        with self._lock, self._transaction():
+            current = self._require(schema, name)
+            stored = current.frontier_lsn
+            if stored is not None and (iceberg_lsn is None or iceberg_lsn < stored):
+                lake = (
+                    "has no streambed snapshot"
+                    if iceberg_lsn is None
+                    else (f"is at {format_lsn(iceberg_lsn)}")
+                )
+                raise StateError(
+                    f"the lake table {current.qualified} {lake}, but the state store says "
+                    f"{format_lsn(stored)} was already committed: the lake table was rolled "
+                    "back or replaced, and the changes in between are no longer in the "
+                    f"source's replication slot. Resync {current.qualified}: drop the lake "
+                    "table and start streambed again to copy it from the source"
+                )
+            if iceberg_lsn is None or metadata_location is None:
+                return current
+            if iceberg_lsn != stored or metadata_location != current.metadata_location:
+                self._write_frontier(schema, name, iceberg_lsn, metadata_location)
+            return self._require(schema, name)
+
+    # ---- watermarks -------------------------------------------------------------------
+
+    def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None:
+        """Record a consistent point; LSNs only increase. Keeps the last
+        `WATERMARK_HISTORY` watermarks."""
+        with self._lock, self._transaction():
+            latest = self._latest_watermark()
+            if latest is not None and lsn < latest.lsn:
+                raise StateError(
+                    f"refusing to record watermark {format_lsn(lsn)} after "
+                    f"{format_lsn(latest.lsn)}: progress only moves forward; this is a bug "
+                    "in streambed"
+                )
+            self._db.execute(
+                "INSERT OR REPLACE INTO watermarks (lsn, committed_at, tables) VALUES (?, ?, ?)",
+                [lsn, _now(), json.dumps(dict(tables), sort_keys=True)],
+            )
+            self._db.execute(
+                "DELETE FROM watermarks WHERE lsn NOT IN "
+                "(SELECT lsn FROM watermarks ORDER BY lsn DESC LIMIT ?)",
+                [WATERMARK_HISTORY],
+            )
+
+    def latest_watermark(self) -> Watermark | None:
+        with self._lock:
+            return self._latest_watermark()
+
+    def watermark_at_or_before(self, lsn: int) -> Watermark | None:
+        with self._lock:
+            rows = list(
+                self._db.query(
+                    "SELECT * FROM watermarks WHERE lsn <= ? ORDER BY lsn DESC LIMIT 1", [lsn]
+                )
+            )
+        return _watermark(rows[0]) if rows else None
+
+    def watermarks(self) -> list[Watermark]:
+        """The kept history, oldest first."""
+        with self._lock:
+            rows = list(self._db.query("SELECT * FROM watermarks ORDER BY lsn"))
+        return [_watermark(row) for row in rows]
+
+    # ---- meta ----------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            rows = list(self._db.query("SELECT value FROM meta WHERE key = ?", [key]))
+        return cast(str, rows[0]["value"]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock, self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [key, value])
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _transaction(self) -> AbstractContextManager[Database]:
+        """Commits on success, rolls back on error."""
+        return self._db.atomic()
+
+    def _create(self) -> None:
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS tables ("
+            " schema TEXT NOT NULL, name TEXT NOT NULL, relation_id INTEGER NOT NULL,"
+            " status TEXT NOT NULL CHECK (status IN ('pending', 'copying', 'ready')),"
+            " frontier_lsn INTEGER, metadata_location TEXT, updated_at TEXT NOT NULL,"
+            " PRIMARY KEY (schema, name))"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS watermarks ("
+            " lsn INTEGER PRIMARY KEY, committed_at TEXT NOT NULL, tables TEXT NOT NULL)"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        )
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+            [SCHEMA_VERSION],
+        )
+        rows = list(self._db.query("SELECT value FROM meta WHERE key = 'schema_version'"))
+        version = rows[0]["value"]
+        if version != SCHEMA_VERSION:
+            raise StateError(
+                f"{self.path} has state schema version {version}, this streambed understands "
+                f"{SCHEMA_VERSION}: use the streambed version that wrote it, or move the file "
+                "away (streambed rebuilds it from the lake)"
+            )
+
+    def _require(self, schema: str, name: str) -> TableState:
+        rows = list(
+            self._db.query("SELECT * FROM tables WHERE schema = ? AND name = ?", [schema, name])
+        )
+        if not rows:
+            raise StateError(
+                f"{schema}.{name} is not registered in the state store; this is a bug in "
+                "streambed (tables are registered before they are copied)"
+            )
+        return _table_state(rows[0])
+
+    def _write_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None:
+        self._db.execute(
+            "UPDATE tables SET frontier_lsn = ?, metadata_location = ?, updated_at = ? "
+            "WHERE schema = ? AND name = ?",
+            [lsn, metadata_location, _now(), schema, name],
+        )
+
+    def _latest_watermark(self) -> Watermark | None:
+        rows = list(self._db.query("SELECT * FROM watermarks ORDER BY lsn DESC LIMIT 1"))
+        return _watermark(rows[0]) if rows else None
+
+
+def _table_state(row: Mapping[str, Any]) -> TableState:
+    return TableState(
+        schema=row["schema"],
+        name=row["name"],
+        relation_id=row["relation_id"],
+        status=row["status"],
+        frontier_lsn=row["frontier_lsn"],
+        metadata_location=row["metadata_location"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _watermark(row: Mapping[str, Any]) -> Watermark:
+    return Watermark(
+        lsn=row["lsn"],
+        committed_at=row["committed_at"],
+        tables=MappingProxyType(json.loads(row["tables"])),
+    )
