@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"streambed: {e}\n")
         return exit_code(e)
     setup(settings.log_level, settings.log_format)
-    from streambed import app  # heavy imports (Spark, DuckDB) only after config is valid
+    import streambed.app as app  # heavy imports (pyiceberg, Spark) only after config is valid
 
     try:
         if args.command == "run":

@@ -193,6 +193,8 @@ class Settings:
             if raw is None or raw == "":
                 if f.default is dataclasses.MISSING:
                     problems.append(f"{name} is not set: {f.metadata['help']}")
+                elif raw == "" and f.type == "str":
+                    values[f.name] = ""  # set but empty: e.g. STREAMBED_QUERY_LISTEN= turns it off
                 continue
             try:
                 values[f.name] = _parse(f, raw)
@@ -291,13 +293,21 @@ def _show(f: dataclasses.Field[Any], raw: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ***."""
+    """The URL (or key=value conninfo) with any password replaced by ***."""
+    if "://" not in url:
+        return _CONNINFO_PASSWORD.sub(r"\1***", url)
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
+    if "password" in parts.query.lower():
+        parts = parts._replace(query=_QUERY_PASSWORD.sub(r"\1***", parts.query))
+    return urlunsplit(parts)
+
+
+_CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
 
 
 def reference_markdown() -> str:

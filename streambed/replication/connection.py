@@ -185,6 +185,18 @@ class CreatedSlot:
     output_plugin: str
 
 
+# pgoutput renders tuple values with the walsender session's output settings; the
+# conversion to Arrow (streambed.lake.convert) relies on these.
+SESSION_OPTIONS = (
+    "-c DateStyle=ISO,MDY -c IntervalStyle=postgres -c TimeZone=UTC "
+    "-c extra_float_digits=3 -c bytea_output=hex"
+)
+
+
+def _join_options(user_options: str, ours: str) -> str:
+    return f"{user_options} {ours}".strip()
+
+
 class ReplicationConnection:
     """A libpq connection in `replication=database` mode.
 
@@ -203,7 +215,13 @@ class ReplicationConnection:
         cls, url: str, *, timeout: float = DEFAULT_CONNECT_TIMEOUT
     ) -> ReplicationConnection:
         try:
-            conninfo = make_conninfo(url, replication="database", application_name="streambed")
+            conninfo = make_conninfo(
+                url,
+                replication="database",
+                application_name="streambed",
+                client_encoding="UTF8",
+                options=_join_options(_params(url).get("options", ""), SESSION_OPTIONS),
+            )
         except psycopg.ProgrammingError as e:
             raise SourceError(
                 f"STREAMBED_SOURCE_URL {redact_url(url)} is not a valid libpq URL: "

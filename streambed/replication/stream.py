@@ -162,6 +162,7 @@ class ReplicationStream:
     def read(self, timeout: float) -> XLogData | Keepalive | None:
         """The next message, or None when none arrives within `timeout` seconds."""
         deadline = time.monotonic() + timeout
+        polled = False
         while True:
             message = self._next_available()
             if message is not None:
@@ -174,9 +175,10 @@ class ReplicationStream:
                 return message
             self.send_status()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 and polled:
                 return None
-            wait = min(remaining, max(self.status_interval, 0.01))
+            polled = True  # even with no time left, look at the socket once
+            wait = max(0.0, min(remaining, max(self.status_interval, 0.01)))
             try:
                 readable = select.select([self._pgconn.socket], [], [], wait)[0]
             except (OSError, ValueError, psycopg.OperationalError) as e:

@@ -94,3 +94,25 @@ def test_reference_lists_every_variable_and_the_checked_in_copy_is_current() -> 
         assert f"`{name}`" in text
     checked_in = Path(__file__).parents[3] / "docs" / "configuration.md"
     assert checked_in.read_text() == text, "run `make docs` to regenerate docs/configuration.md"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (
+            "postgresql://db/x?password=pw&sslmode=require",
+            "postgresql://db/x?password=***&sslmode=require",
+        ),
+        ("host=db password='a b' user=x", "host=db password=*** user=x"),
+        ("host=db password=pw user=x", "host=db password=*** user=x"),
+    ],
+)
+def test_redact_url_query_and_conninfo(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+
+
+def test_an_empty_string_setting_is_kept_and_turns_the_query_server_off() -> None:
+    settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_QUERY_LISTEN": ""})
+    assert settings.query_host_port is None
+    settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_FLUSH_ROWS": ""})
+    assert settings.flush_rows == 100_000

@@ -1,0 +1,172 @@
+"""Wiring: build the real components from Settings and run them.
+
+`run` replicates and serves; `serve` only serves; `status` reports. The CLI calls these;
+tests and benchmarks may call `build_pipeline` to drive the loop in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from streambed.config import Settings
+from streambed.lake.catalog import open_catalog
+from streambed.lsn import format_lsn
+from streambed.pipeline import Pipeline
+from streambed.sink import IcebergSink
+from streambed.source import PostgresSource
+from streambed.state.store import StateStore
+
+logger = logging.getLogger("streambed")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    state: StateStore
+    sink: IcebergSink
+    source: PostgresSource
+    pipeline: Pipeline
+
+    def close(self) -> None:
+        self.source.close()
+        self.state.close()
+
+
+def _merger(settings: Settings) -> Callable[[], Any]:
+    def make() -> Any:
+        from streambed.merge.executor import SparkMerger
+        from streambed.merge.pyarrow_source import fs_options
+        from streambed.merge.spark_session import get_spark
+
+        return SparkMerger(get_spark(settings.spark_master), fs_options(settings))
+
+    return make
+
+
+def build_pipeline(settings: Settings, on_commit: Callable[[int], None] | None = None) -> Runtime:
+    """Open state and lake, reconcile them (Iceberg wins), and build the pipeline."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    state = StateStore(settings.state_path)
+    sink = IcebergSink(open_catalog(settings), _merger(settings))
+    tables = state.tables()
+    sink.load((t.schema, t.name) for t in tables)
+    locations = sink.metadata_locations()
+    for t in tables:
+        lake_lsn = sink.frontier(t.schema, t.name)
+        state.reconcile(t.schema, t.name, lake_lsn, locations.get((t.schema, t.name)))
+    source = PostgresSource(settings)
+    pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit)
+    return Runtime(settings, state, sink, source, pipeline)
+
+
+class StateSnapshots:
+    """The query server's view of the lake: the newest watermark in the state store."""
+
+    def __init__(self, state: StateStore) -> None:
+        self.state = state
+
+    def latest(self) -> Any:
+        from streambed.server.database import Watermark
+
+        mark = self.state.latest_watermark()
+        if mark is None:
+            return None
+        tables = {tuple(q.split(".", 1)): loc for q, loc in mark.tables.items()}
+        return Watermark(lsn=mark.lsn, tables=tables)  # type: ignore[arg-type]
+
+
+def _start_server(settings: Settings, state: StateStore) -> tuple[Any, Any] | None:
+    if settings.query_host_port is None:
+        return None
+    from streambed.server.database import DatabaseSettings, LakeDatabase
+    from streambed.server.wire.server import QueryServer, ServerOptions
+
+    database = LakeDatabase(DatabaseSettings.from_settings(settings), StateSnapshots(state))
+    database.refresh()
+    host = settings.query_host_port[0]
+    options = ServerOptions.from_env()
+    server = QueryServer(options, database).start()
+    logger.info(
+        "query server listening",
+        extra={
+            "fields": {
+                "address": f"{host}:{server.port}",
+                "connect": f"psql -h {host} -p {server.port}",
+            }
+        },
+    )
+    return server, database
+
+
+def run(settings: Settings) -> None:
+    runtime = build_pipeline(settings)
+    served = _start_server(settings, runtime.state)
+    if served is not None:
+        database = served[1]
+        runtime.pipeline.on_commit = lambda lsn: database.refresh()
+    runtime.pipeline.install_signal_handlers()
+    try:
+        runtime.pipeline.run()
+    finally:
+        if served is not None:
+            served[0].stop()
+        runtime.close()
+        _stop_spark()
+
+
+def serve(settings: Settings) -> None:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    state = StateStore(settings.state_path)
+    served = _start_server(settings, state)
+    if served is None:
+        raise SystemExit("STREAMBED_QUERY_LISTEN is empty: nothing to serve")
+    server, database = served
+    stop = threading.Event()
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0):
+            database.refresh()  # follow commits of a `streambed run` elsewhere
+    finally:
+        server.stop()
+        state.close()
+
+
+def status(settings: Settings) -> str:
+    state = StateStore(settings.state_path)
+    try:
+        lines = [f"{'table':40} {'status':8} {'frontier':>18}  updated"]
+        for t in state.tables():
+            frontier = format_lsn(t.frontier_lsn) if t.frontier_lsn is not None else "-"
+            lines.append(f"{t.qualified:40} {t.status:8} {frontier:>18}  {t.updated_at}")
+        mark = state.latest_watermark()
+        if mark is not None:
+            lines.append(f"watermark {format_lsn(mark.lsn)} at {mark.committed_at}")
+        return "\n".join(lines) + "\n"
+    finally:
+        state.close()
+
+
+def _stop_spark() -> None:
+    import sys
+
+    if "streambed.merge.spark_session" in sys.modules:
+        from streambed.merge.spark_session import stop_spark
+
+        stop_spark()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,299 @@
+"""The single loop: read WAL, decode, buffer, flush, acknowledge.
+
+The I/O parts come in as arguments (`Source`, `Sink`, `StateStore`); this module only
+orchestrates. The order that makes delivery exactly-once is written down here, once,
+in `Pipeline.flush`:
+
+    1. write Parquet files        (sink.apply, per table)
+    2. commit Iceberg             (sink.apply: one snapshot per table, frontier in its summary)
+    3. record state in SQLite     (per-table frontier + the watermark)
+    4. acknowledge the slot       (stream.ack(commit end LSN))
+
+A crash between any two steps replays from the slot's confirmed LSN; changes whose commit
+LSN is at or below a table's frontier are skipped by the buffer, so nothing is applied
+twice, and nothing is acknowledged before it is durable in Iceberg.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from types import FrameType
+from typing import Literal, Protocol
+
+from streambed.buffer import ChangeBuffer
+from streambed.changes import TableDelta, TableKey
+from streambed.config import Settings
+from streambed.errors import Kind, SourceError
+from streambed.failpoints import failpoint
+from streambed.log import log
+from streambed.lsn import format_lsn
+from streambed.pgoutput import messages as m
+from streambed.pgoutput.decoder import Decoder
+from streambed.replication.backoff import Retrier
+from streambed.replication.stream import Keepalive, XLogData
+
+logger = logging.getLogger("streambed.pipeline")
+
+HEARTBEAT_PREFIX = "streambed_heartbeat"
+
+
+class Stream(Protocol):
+    def read(self, timeout: float) -> XLogData | Keepalive | None: ...
+    def ack(self, lsn: int) -> None: ...
+    def send_status(self, force: bool = False) -> object: ...
+    def close(self) -> None: ...
+
+
+class Source(Protocol):
+    """The source database: setup, catalog lookups, and the replication stream."""
+
+    def prepare(self) -> None: ...
+    def table_key(self, relation: m.Relation) -> TableKey: ...
+    def open_stream(self) -> Stream: ...
+    def beat(self, now: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class Sink(Protocol):
+    """The lake: apply deltas (write + commit) and report each table's frontier."""
+
+    def apply(self, delta: TableDelta) -> str: ...
+    def frontier(self, schema: str, table: str) -> int | None: ...
+    def metadata_locations(self) -> Mapping[tuple[str, str], str]: ...
+
+
+class State(Protocol):
+    def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None: ...
+    def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None: ...
+    def register(
+        self, schema: str, name: str, relation_id: int, status: Literal["ready"]
+    ) -> object: ...
+
+
+@dataclass
+class FlushStats:
+    flushes: int = 0
+    rows: int = 0
+    last_seconds: float = 0.0
+    last_lsn: int = 0
+
+
+@dataclass
+class Pipeline:
+    settings: Settings
+    source: Source
+    sink: Sink
+    state: State
+    on_commit: Callable[[int], None] | None = None
+    stats: FlushStats = field(default_factory=FlushStats)
+
+    def __post_init__(self) -> None:
+        self._stop = False
+        self._frontiers: dict[tuple[str, str], int | None] = {}
+        self._registered: set[tuple[str, str]] = set()
+        self._buffer = self._new_buffer()
+        self._last_flush = time.monotonic()
+
+    # ---- control --------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to flush what is committed and return (safe from signal handlers)."""
+        self._stop = True
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log(logger, "stopping", signal=signal.Signals(signum).name.lower())
+            self.stop()
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def run(self, *, until: Callable[[], bool] | None = None) -> None:
+        """Stream until stopped; reconnect with backoff when the source goes away."""
+        self.source.prepare()
+        backoff = Retrier()
+        while not self._stop:
+            try:
+                stream = self.source.open_stream()
+            except SourceError as e:
+                if e.kind is not Kind.SOURCE_UNREACHABLE:
+                    raise
+                delay = backoff.next_delay()
+                log(
+                    logger,
+                    "source unreachable, retrying",
+                    logging.WARNING,
+                    error=str(e),
+                    retry_in=f"{delay:.1f}s",
+                )
+                self._sleep(delay)
+                continue
+            backoff.reset()
+            try:
+                self._stream(stream, until)
+                return
+            except SourceError as e:
+                if e.kind is not Kind.SOURCE_UNREACHABLE:
+                    raise
+                log(logger, "replication connection lost", logging.WARNING, error=str(e))
+                # Committed changes are durable once flushed; everything not yet committed
+                # will be sent again from the slot's confirmed position.
+                self.flush(None)
+                self._buffer.discard_uncommitted()
+            finally:
+                stream.close()
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop and time.monotonic() < deadline:
+            time.sleep(min(0.2, deadline - time.monotonic()))
+
+    # ---- the loop -------------------------------------------------------------------
+
+    def _stream(self, stream: Stream, until: Callable[[], bool] | None) -> None:
+        decoder = Decoder()
+        settings = self.settings
+        while not self._stop and not (until is not None and until()):
+            now = time.monotonic()
+            timeout = max(0.0, min(0.5, self._last_flush + settings.flush_interval - now))
+            item = stream.read(timeout)
+            if type(item) is XLogData:
+                self._dispatch(decoder.decode(item.payload), stream)
+            elif type(item) is Keepalive and self._idle():
+                # Nothing buffered or open: every change before wal_end is durable or was
+                # not for us, so the slot may move on (and release the WAL it pins).
+                stream.ack(item.wal_end)
+            now = time.monotonic()
+            if self._buffer.should_flush(
+                now, settings.flush_rows, settings.flush_bytes, settings.flush_interval
+            ):
+                self.flush(stream)
+            self.source.beat(now)
+            stream.send_status()
+        self.flush(stream)
+        stream.send_status(force=True)
+
+    def _idle(self) -> bool:
+        b = self._buffer
+        return not b.dirty and not b.in_transaction and b.staged_streams == 0
+
+    def _dispatch(self, msg: m.Message, stream: Stream) -> None:
+        b = self._buffer
+        kind = type(msg)
+        if kind is m.Insert:
+            assert isinstance(msg, m.Insert)
+            if msg.relation_id in self._wanted:
+                b.insert(msg)
+        elif kind is m.Update:
+            assert isinstance(msg, m.Update)
+            if msg.relation_id in self._wanted:
+                b.update(msg)
+        elif kind is m.Delete:
+            assert isinstance(msg, m.Delete)
+            if msg.relation_id in self._wanted:
+                b.delete(msg)
+        elif kind is m.Begin:
+            assert isinstance(msg, m.Begin)
+            b.begin(msg.xid)
+        elif kind is m.Commit:
+            assert isinstance(msg, m.Commit)
+            b.commit(msg.commit_lsn, msg.end_lsn)
+        elif kind is m.Relation:
+            assert isinstance(msg, m.Relation)
+            self._relation(msg, stream)
+        elif kind is m.Truncate:
+            assert isinstance(msg, m.Truncate)
+            wanted = tuple(r for r in msg.relation_ids if r in self._wanted)
+            if wanted:
+                b.truncate(m.Truncate(msg.options, wanted, msg.xid))
+        elif kind is m.StreamStart:
+            assert isinstance(msg, m.StreamStart)
+            b.stream_start(msg.xid)
+        elif kind is m.StreamStop:
+            b.stream_stop()
+        elif kind is m.StreamCommit:
+            assert isinstance(msg, m.StreamCommit)
+            b.stream_commit(msg.xid, msg.commit_lsn, msg.end_lsn)
+        elif kind is m.StreamAbort:
+            assert isinstance(msg, m.StreamAbort)
+            b.stream_abort(msg.xid, msg.subxid)
+        # Origin, Type and logical messages (heartbeats) carry nothing to apply.
+
+    def _relation(self, rel: m.Relation, stream: Stream) -> None:
+        qualified = f"{rel.namespace}.{rel.name}"
+        if not self._included(qualified):
+            self._wanted.discard(rel.relation_id)
+            return
+        key = self.source.table_key(rel)
+        if self._buffer.needs_flush_before(rel):
+            self.flush(stream)
+        self._buffer.relation(rel, key)
+        self._wanted.add(rel.relation_id)
+        name = (rel.namespace, rel.name)
+        if name not in self._registered:
+            self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
+            self._registered.add(name)
+
+    def _included(self, qualified: str) -> bool:
+        s = self.settings
+        if s.include_tables and not any(fnmatchcase(qualified, p) for p in s.include_tables):
+            return False
+        return not any(fnmatchcase(qualified, p) for p in s.exclude_tables)
+
+    # ---- flush: the one place where the delivery order is decided ---------------------
+
+    def flush(self, stream: Stream | None) -> None:
+        started = time.monotonic()
+        self._last_flush = started
+        if not self._buffer.dirty:
+            return
+        end_lsn = self._buffer.last_end_lsn
+        deltas = self._buffer.drain()
+        commit_lsn = deltas[0].commit_lsn
+        locations: dict[tuple[str, str], str] = {}
+        rows = 0
+        for delta in deltas:  # 1 + 2: write Parquet, commit Iceberg with the frontier
+            locations[(delta.schema_name, delta.table_name)] = self.sink.apply(delta)
+            self._frontiers[(delta.schema_name, delta.table_name)] = commit_lsn
+            rows += len(delta.rows) + len(delta.removed_keys)
+        failpoint("after_commit_before_state")
+        for (schema, name), location in locations.items():  # 3: state
+            self.state.set_frontier(schema, name, commit_lsn, location)
+        every = {f"{s}.{n}": loc for (s, n), loc in self.sink.metadata_locations().items()}
+        self.state.record_watermark(commit_lsn, every)
+        failpoint("after_state_before_ack")
+        if stream is not None and end_lsn is not None:  # 4: acknowledge
+            stream.ack(end_lsn)
+            stream.send_status(force=True)
+        seconds = time.monotonic() - started
+        self.stats.flushes += 1
+        self.stats.rows += rows
+        self.stats.last_seconds = seconds
+        self.stats.last_lsn = commit_lsn
+        log(
+            logger,
+            "flushed",
+            tables=len(deltas),
+            changes=rows,
+            lsn=format_lsn(commit_lsn),
+            seconds=f"{seconds:.3f}",
+        )
+        if self.on_commit is not None:
+            self.on_commit(commit_lsn)
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _new_buffer(self) -> ChangeBuffer:
+        self._wanted: set[int] = set()
+        return ChangeBuffer(self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier)
+
+    def _frontier(self, schema: str, name: str) -> int | None:
+        key = (schema, name)
+        if key not in self._frontiers:
+            self._frontiers[key] = self.sink.frontier(schema, name)
+        return self._frontiers[key]

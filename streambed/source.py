@@ -1,0 +1,91 @@
+"""The source database as the pipeline sees it: setup, table keys, the stream, heartbeats."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from streambed.changes import TableKey
+from streambed.config import Settings
+from streambed.errors import Kind, SchemaError, SourceError
+from streambed.pgoutput.messages import Relation
+from streambed.replication import setup
+from streambed.replication.connection import ReplicationConnection, sql_connect
+from streambed.replication.heartbeat import Heartbeat
+from streambed.replication.stream import ReplicationStream
+
+logger = logging.getLogger("streambed.source")
+
+
+class PostgresSource:
+    """Implements `streambed.pipeline.Source` on a real Postgres."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._conn: psycopg.Connection[Any] | None = None
+        self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
+
+    def prepare(self) -> None:
+        """Check the source, then create the publication and slot when they are missing."""
+        conn = self._sql()
+        setup.check_source(conn)
+        setup.ensure_publication(conn, self.settings.publication)
+        with ReplicationConnection.connect(self.settings.source_url) as replication:
+            setup.ensure_slot(conn, replication, self.settings.slot)
+
+    def open_stream(self) -> ReplicationStream:
+        return ReplicationStream.start(
+            self.settings.source_url,
+            self.settings.slot,
+            self.settings.publication,
+            status_interval=self.settings.status_interval,
+        )
+
+    def table_key(self, relation: Relation) -> TableKey:
+        """How rows of `relation` are identified in the lake.
+
+        With REPLICA IDENTITY DEFAULT or USING INDEX, the columns pgoutput flags as key;
+        with FULL, the primary key when there is one, else the whole row; otherwise the
+        table is append-only (Postgres itself refuses UPDATE/DELETE on it while published).
+        """
+        flagged = tuple(i for i, c in enumerate(relation.columns) if c.is_key)
+        if relation.replica_identity in ("d", "i"):
+            return TableKey(flagged)
+        if relation.replica_identity != "f":
+            return TableKey(())
+        try:
+            found = setup.table_key(self._sql(), relation.relation_id)
+        except SourceError as e:
+            if e.kind is not Kind.SOURCE_UNREACHABLE:
+                raise
+            self._drop()
+            found = setup.table_key(self._sql(), relation.relation_id)
+        names = [c.name for c in relation.columns]
+        if found.primary_key:
+            missing = [n for n in found.primary_key if n not in names]
+            if missing:
+                raise SchemaError(
+                    f"{relation.namespace}.{relation.name}: primary key columns {missing} are "
+                    "not in the replicated columns; publish all key columns"
+                )
+            return TableKey(tuple(names.index(n) for n in found.primary_key))
+        return TableKey((), full_row=True)
+
+    def beat(self, now: float) -> None:
+        self._heartbeat.maybe_beat(now)
+
+    def close(self) -> None:
+        self._heartbeat.close()
+        self._drop()
+
+    def _sql(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = sql_connect(self.settings.source_url)
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
