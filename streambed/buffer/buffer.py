@@ -351,5 +351,3 @@ class ChangeBuffer:
         if staging is not None:
             self._staged_memory -= staging.memory
             staging.discard()
-            if self._stream is staging:
-                self._stream = None

@@ -86,7 +86,8 @@ def make_table(relation: Relation, key: TableKey) -> TableBuffer:
 
 
 class TableBuffer:
-    """Common state of every table shape. `entries` and `bytes` drive the flush triggers."""
+    """Common state of every table shape. `bytes` and the entry count drive the flush
+    triggers; `apply` reports how they changed."""
 
     __slots__ = ("bytes", "key", "relation", "truncated")
 
@@ -95,10 +96,6 @@ class TableBuffer:
         self.key = key
         self.truncated = False
         self.bytes = 0
-
-    @property
-    def entries(self) -> int:
-        raise NotImplementedError
 
     def apply(self, ops: Iterable[Op]) -> tuple[int, int]:
         """Apply one committed transaction's changes to this table, in order; returns the
@@ -152,10 +149,6 @@ class KeyedTable(TableBuffer):
         self._single = len(key.columns) == 1
         self.rows: dict[Any, TupleData | None] = {}
         self.may_exist: set[Any] = set()
-
-    @property
-    def entries(self) -> int:
-        return len(self.rows)
 
     def apply(self, ops: Iterable[Op]) -> tuple[int, int]:
         rows = self.rows
@@ -258,10 +251,6 @@ class FullRowTable(TableBuffer):
         self.removed: list[TupleData] = []
         self._entries = 0
 
-    @property
-    def entries(self) -> int:
-        return self._entries
-
     def apply(self, ops: Iterable[Op]) -> tuple[int, int]:
         entries, start = self._entries, self.bytes
         for op in ops:
@@ -322,10 +311,6 @@ class AppendTable(TableBuffer):
     def __init__(self, relation: Relation, key: TableKey) -> None:
         super().__init__(relation, key)
         self.rows: list[TupleData] = []
-
-    @property
-    def entries(self) -> int:
-        return len(self.rows)
 
     def apply(self, ops: Iterable[Op]) -> tuple[int, int]:
         rows = self.rows

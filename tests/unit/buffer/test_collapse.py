@@ -355,3 +355,19 @@ def test_key_columns_must_fit_the_relation(tmp_path: Path) -> None:
     buf = new_buffer(tmp_path)
     with pytest.raises(StreambedError, match="outside its 3 columns"):
         buf.relation(REL, TableKey((3,)))
+
+
+def test_full_row_truncate_and_key_only_delete(tmp_path: Path) -> None:
+    buf = new_buffer(tmp_path)
+    buf.relation(Relation(REL_ID, "public", "t", "f", COLUMNS), TableKey((), full_row=True))
+    row = (b"1", b"a", b"x")
+    run_txns(buf, [[Insert(REL_ID, row), Delete(REL_ID, (b"9", b"z", b"z"), False)]])
+    assert buf.pending_rows == 2
+    run_txns(
+        buf, [[trunc(), Insert(REL_ID, row)], [Delete(REL_ID, (b"7", b"q", b"q"), False)]], lsn=200
+    )
+    assert buf.pending_rows == 1
+    (delta,) = buf.drain()
+    assert (delta.truncated, delta.removed_keys, delta.rows) == (True, (), (row,))
+    with pytest.raises(StreambedError, match="no value"):
+        run_txns(buf, [[Delete(REL_ID, (b"1", None, None), True)]], lsn=900)

@@ -212,3 +212,11 @@ def test_stream_rows_without_xid_belong_to_the_top_transaction(tmp_path: Path) -
     buf.stream_commit(XID, 10, 11)
     (delta,) = buf.drain()
     assert delta.rows == ((b"1", b"w", b"B"),)
+
+
+def test_commit_and_abort_of_unknown_streams(tmp_path: Path) -> None:
+    buf = new_buffer(tmp_path)
+    buf.stream_abort(42, 43)  # nothing staged for it: nothing to do
+    buf.stream_abort(42, 42)
+    buf.stream_commit(42, 700, 701)  # no changes of ours in it: still a commit
+    assert (buf.last_commit_lsn, buf.last_end_lsn, buf.dirty) == (700, 701, False)
