@@ -1,0 +1,1149 @@
+"""The database side of the query server: replicated Iceberg tables in an embedded DuckDB.
+
+`LakeDatabase` owns one in-memory DuckDB with the iceberg extension loaded offline. Every
+replicated table is a view `<schema>.<table>` over `iceberg_scan('<metadata location>')`.
+`refresh()` replaces all views, and the pg_catalog rows describing them, in one DuckDB
+transaction built from one `Watermark`, so a query binds either the old set or the new set,
+never half of each (consistent reads across tables). A query keeps the views it bound.
+
+Each client session gets a `DbSession` (its own DuckDB cursor). `DbSession.execute` takes
+one statement (Postgres SQL, `$n` parameters with Python values) and returns a
+`QueryResult`: Postgres column descriptions and a stream of Arrow record batches. It knows
+nothing about sockets; the wire layer encodes what it returns.
+
+After setup the database is locked: external access only to the warehouse, configuration
+locked, and every statement that is not a read is refused before DuckDB sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import duckdb
+import pglast
+import pyarrow as pa
+from pglast import ast, enums
+
+from streambed.config import Settings
+from streambed.server import catalog, pgtypes, rewrite, timetravel
+from streambed.server.extensions import load_extensions, offline_config
+
+log = logging.getLogger(__name__)
+
+SERVER_VERSION = "15.0"
+STREAMBED_VERSION = "0.1.0"
+
+
+# ---- the boundary with the pipeline ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A consistent cut of the lake: every table at the snapshot committed for `lsn`.
+
+    `tables` maps (source schema, table) to the exact Iceberg metadata location.
+    `primary_keys` is optional; when a table is missing from it, the key is read from the
+    Iceberg table's identifier fields.
+    """
+
+    lsn: int
+    tables: Mapping[tuple[str, str], str]
+    primary_keys: Mapping[tuple[str, str], tuple[str, ...]] | None = None
+
+
+class SnapshotProvider(Protocol):
+    def latest(self) -> Watermark | None:
+        """The newest committed watermark, or None before the first commit."""
+        ...
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """What the query database needs from the configuration."""
+
+    warehouse: str  # file:///abs/path, /abs/path or s3://bucket/prefix
+    database_name: str = "streambed"
+    statement_timeout: float = 0.0  # seconds; 0 = none (sessions may SET their own)
+    batch_rows: int = 65_536
+    memory_limit: str = ""
+    threads: int = 0
+    s3_endpoint: str = ""
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = field(default="", repr=False)
+    extra_allowed_paths: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> DatabaseSettings:
+        values: dict[str, Any] = {
+            "warehouse": settings.warehouse_uri,
+            "s3_endpoint": settings.s3_endpoint,
+            "s3_region": settings.s3_region,
+            "s3_access_key_id": settings.s3_access_key_id,
+            "s3_secret_access_key": settings.s3_secret_access_key,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def warehouse_path(self) -> str:
+        """The warehouse as DuckDB addresses it: a local directory or an s3:// prefix."""
+        if self.warehouse.startswith("file://"):
+            return unquote(urlsplit(self.warehouse).path)
+        return self.warehouse
+
+    @property
+    def pyiceberg_properties(self) -> dict[str, str]:
+        props: dict[str, str] = {}
+        if self.s3_endpoint:
+            props["s3.endpoint"] = self.s3_endpoint
+        if self.s3_region:
+            props["s3.region"] = self.s3_region
+        if self.s3_access_key_id:
+            props["s3.access-key-id"] = self.s3_access_key_id
+            props["s3.secret-access-key"] = self.s3_secret_access_key
+        return props
+
+
+# ---- results and errors ------------------------------------------------------------------
+
+
+class QueryError(Exception):
+    """An error to report to the client as an ErrorResponse with this SQLSTATE."""
+
+    def __init__(self, message: str, sqlstate: str = "XX000", *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.sqlstate = sqlstate
+        self.hint = hint
+
+    @property
+    def severity(self) -> str:
+        return "FATAL" if self.sqlstate.startswith("57P") else "ERROR"
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type_oid: int
+    typmod: int
+    type_name: str
+    pg_type: pgtypes.PgType
+
+    @classmethod
+    def of(cls, name: str, pg_type: pgtypes.PgType) -> ColumnInfo:
+        return cls(name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type)
+
+
+class QueryResult:
+    """The outcome of one statement.
+
+    `columns` is empty for statements that return no rows (SET, BEGIN, ...); iterate
+    (or call `batches()`) to stream the rows; `command_tag` is final once the batches are
+    exhausted (e.g. "SELECT 3"). `close()` releases the result early.
+    """
+
+    def __init__(
+        self,
+        columns: list[ColumnInfo],
+        batches: Iterator[pa.RecordBatch] | None,
+        tag: str,
+        on_close: Any = None,
+    ) -> None:
+        self.columns = columns
+        self._batches = batches
+        self._tag = tag
+        self._rows = 0
+        self._on_close = on_close
+        self._closed = batches is None
+
+    @property
+    def returns_rows(self) -> bool:
+        return bool(self.columns)
+
+    @property
+    def row_count(self) -> int:
+        return self._rows
+
+    @property
+    def command_tag(self) -> str:
+        return f"{self._tag} {self._rows}" if self._tag == "SELECT" else self._tag
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if self._batches is None:
+            return
+        try:
+            for batch in self._batches:
+                self._rows += batch.num_rows
+                yield batch
+        finally:
+            self.close()
+
+    __iter__ = batches
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._on_close is not None:
+            self._on_close()
+
+    def fetch_all(self) -> pa.Table:
+        """All rows as one Arrow table (tests and small results)."""
+        schema = pa.schema([pa.field(c.name, pa.null()) for c in self.columns])
+        batches = list(self.batches())
+        if not batches:
+            return schema.empty_table()
+        return pa.Table.from_batches(batches)
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        table = self.fetch_all()
+        return (
+            list(zip(*(col.to_pylist() for col in table.columns), strict=True))
+            if (table.num_columns)
+            else []
+        )
+
+
+# ---- error mapping -----------------------------------------------------------------------
+
+_ERROR_STATES: list[tuple[type[BaseException], str]] = [
+    (duckdb.ParserException, "42601"),
+    (duckdb.InterruptException, "57014"),
+    (duckdb.PermissionException, "42501"),
+    (duckdb.ConversionException, "22P02"),
+    (duckdb.OutOfRangeException, "22003"),
+    (duckdb.NotImplementedException, "0A000"),
+    (duckdb.TransactionException, "25000"),
+    (duckdb.OutOfMemoryException, "53200"),
+    (duckdb.IOException, "58030"),
+    (duckdb.InvalidInputException, "22023"),
+]
+
+
+def _clean_message(text: str) -> str:
+    text = re.sub(r"^[A-Za-z ]+ Error: ", "", text.strip())
+    return text.split("\n\nLINE ")[0].split("\nLINE ")[0].strip()
+
+
+def map_duckdb_error(error: BaseException) -> QueryError:
+    raw = str(error)
+    message = _clean_message(raw)
+    lowered = message.lower()
+    if "division by zero" in lowered:
+        return QueryError("division by zero", "22012")
+    if isinstance(error, duckdb.CatalogException):
+        if re.search(r"(table|view) with name .* does not exist", lowered):
+            name = re.search(r"with name (\S+) does not exist", message)
+            relation = name.group(1) if name else "?"
+            return QueryError(f'relation "{relation}" does not exist', "42P01")
+        if "function with name" in lowered or "macro function" in lowered:
+            return QueryError(message, "42883")
+        if "schema" in lowered and "does not exist" in lowered:
+            return QueryError(message, "3F000")
+        return QueryError(message, "42704")
+    if isinstance(error, duckdb.BinderException):
+        if "referenced column" in lowered or ("column" in lowered and "not found" in lowered):
+            return QueryError(message, "42703")
+        if "no function matches" in lowered:
+            return QueryError(message, "42883")
+        if "must appear in the group by" in lowered:
+            return QueryError(message, "42803")
+        return QueryError(message, "42P18" if "parameter" in lowered else "42804")
+    for cls, state in _ERROR_STATES:
+        if isinstance(error, cls):
+            return QueryError(message, state)
+    return QueryError(message, "XX000")
+
+
+# ---- statement classification ------------------------------------------------------------
+
+READ_ONLY_MESSAGE = "streambed is a read-only replica: {what} is not allowed"
+
+_DENIED_DUCKDB_TYPES = {
+    "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "COPY", "ATTACH", "DETACH",
+    "LOAD", "EXPORT", "PRAGMA", "SET", "VARIABLE_SET", "CREATE_FUNC", "TRANSACTION", "VACUUM",
+    "ANALYZE", "CALL", "PREPARE", "EXECUTE", "RELATION", "LOGICAL_PLAN", "EXTENSION", "MERGE",
+    "MERGE_INTO", "COPY_DATABASE", "UPDATE_EXTENSIONS", "MULTI", "DETACH_DATABASE",
+}  # fmt: skip
+_DENIED_KEYWORDS = {
+    "IMPORT", "EXPORT", "ATTACH", "DETACH", "INSTALL", "LOAD", "PRAGMA", "COPY", "CALL",
+    "FORCE", "UPDATE", "USE", "CREATE", "DROP", "ALTER", "INSERT", "DELETE", "VACUUM",
+}  # fmt: skip
+_ALLOWED_DUCKDB_TYPES = {"SELECT", "EXPLAIN"}
+
+# Table functions that read files; allowed only on paths inside the warehouse.
+_FILE_FUNCTIONS = {
+    "read_csv", "read_csv_auto", "read_parquet", "parquet_scan", "read_json", "read_json_auto",
+    "read_json_objects", "read_json_objects_auto", "read_ndjson", "read_ndjson_auto",
+    "read_ndjson_objects", "read_text", "read_blob", "glob", "sniff_csv", "parquet_metadata",
+    "parquet_schema", "parquet_file_metadata", "parquet_kv_metadata", "parquet_bloom_probe",
+    "read_xlsx", "sqlite_scan", "sqlite_attach", "postgres_scan", "read_avro", "iceberg_scan",
+    "iceberg_metadata", "iceberg_snapshots", "delta_scan", "read_duckdb",
+}  # fmt: skip
+# Functions no reader needs that reach outside the sandbox or the session.
+_DENIED_FUNCTIONS = {
+    "getenv", "duckdb_secrets", "which_secret", "load_aws_credentials", "set_config",
+    "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "lo_import", "lo_export",
+    "query", "query_table",
+}  # fmt: skip
+
+_TX_TAGS = {
+    enums.TransactionStmtKind.TRANS_STMT_BEGIN: "BEGIN",
+    enums.TransactionStmtKind.TRANS_STMT_START: "BEGIN",
+    enums.TransactionStmtKind.TRANS_STMT_COMMIT: "COMMIT",
+    enums.TransactionStmtKind.TRANS_STMT_ROLLBACK: "ROLLBACK",
+    enums.TransactionStmtKind.TRANS_STMT_SAVEPOINT: "SAVEPOINT",
+    enums.TransactionStmtKind.TRANS_STMT_RELEASE: "RELEASE",
+    enums.TransactionStmtKind.TRANS_STMT_ROLLBACK_TO: "ROLLBACK",
+    enums.TransactionStmtKind.TRANS_STMT_PREPARE: "PREPARE TRANSACTION",
+    enums.TransactionStmtKind.TRANS_STMT_COMMIT_PREPARED: "COMMIT PREPARED",
+    enums.TransactionStmtKind.TRANS_STMT_ROLLBACK_PREPARED: "ROLLBACK PREPARED",
+}
+
+_STATEMENT_NAMES = {
+    "InsertStmt": "INSERT", "UpdateStmt": "UPDATE", "DeleteStmt": "DELETE", "MergeStmt": "MERGE",
+    "CopyStmt": "COPY", "CreateStmt": "CREATE TABLE", "CreateTableAsStmt": "CREATE TABLE AS",
+    "ViewStmt": "CREATE VIEW", "DropStmt": "DROP", "AlterTableStmt": "ALTER TABLE",
+    "TruncateStmt": "TRUNCATE", "CreateSchemaStmt": "CREATE SCHEMA", "IndexStmt": "CREATE INDEX",
+    "CreateFunctionStmt": "CREATE FUNCTION", "LoadStmt": "LOAD", "VacuumStmt": "VACUUM",
+    "GrantStmt": "GRANT", "CreateSeqStmt": "CREATE SEQUENCE", "DoStmt": "DO",
+    "CallStmt": "CALL", "RenameStmt": "ALTER ... RENAME", "CreateRoleStmt": "CREATE ROLE",
+    "CreatedbStmt": "CREATE DATABASE", "DropdbStmt": "DROP DATABASE", "CheckPointStmt":
+    "CHECKPOINT", "LockStmt": "LOCK", "CommentStmt": "COMMENT", "RefreshMatViewStmt":
+    "REFRESH MATERIALIZED VIEW", "ClusterStmt": "CLUSTER", "ReindexStmt": "REINDEX",
+}  # fmt: skip
+
+# Session settings a client may SET; value = default shown by SHOW.
+DEFAULT_SETTINGS: dict[str, str] = {
+    "application_name": "",
+    "bytea_output": "hex",
+    "client_encoding": "UTF8",
+    "client_min_messages": "notice",
+    "datestyle": "ISO, MDY",
+    "default_transaction_isolation": "read committed",
+    "default_transaction_read_only": "on",
+    "extra_float_digits": "1",
+    "idle_in_transaction_session_timeout": "0",
+    "integer_datetimes": "on",
+    "intervalstyle": "postgres",
+    "is_superuser": "off",
+    "jit": "off",
+    "lc_messages": "C.UTF-8",
+    "lc_monetary": "C.UTF-8",
+    "lc_numeric": "C.UTF-8",
+    "lc_time": "C.UTF-8",
+    "lock_timeout": "0",
+    "max_identifier_length": "63",
+    "search_path": '"$user", public',
+    "server_encoding": "UTF8",
+    "server_version": SERVER_VERSION,
+    "server_version_num": "150000",
+    "standard_conforming_strings": "on",
+    "statement_timeout": "0",
+    "timezone": "UTC",
+    "transaction_isolation": "repeatable read",
+    "transaction_read_only": "on",
+    "row_security": "on",
+    "geqo": "on",
+    "work_mem": "4MB",
+    "session_authorization": "streambed",
+}
+_READ_ONLY_SETTINGS = {
+    "server_version", "server_version_num", "server_encoding", "integer_datetimes",
+    "max_identifier_length", "is_superuser", "transaction_read_only", "session_authorization",
+}  # fmt: skip
+# Names shown to clients in their original case.
+_DISPLAY_NAMES = {
+    "datestyle": "DateStyle",
+    "timezone": "TimeZone",
+    "intervalstyle": "IntervalStyle",
+}
+# Settings the wire layer reports in ParameterStatus at startup and after SET.
+REPORTED_SETTINGS = (
+    "application_name", "client_encoding", "datestyle", "default_transaction_read_only",
+    "integer_datetimes", "intervalstyle", "is_superuser", "server_encoding", "server_version",
+    "session_authorization", "standard_conforming_strings", "timezone",
+)  # fmt: skip
+
+
+def _parse_duration(text: str) -> float:
+    """statement_timeout values: '5000' (ms), '5s', '1min', '250ms', '0'."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*", text)
+    if not match:
+        raise QueryError(f'invalid value for parameter "statement_timeout": "{text}"', "22023")
+    number = float(match.group(1))
+    unit = match.group(2) or "ms"
+    return number * {"ms": 0.001, "s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
+
+
+def _setting_value(node: ast.VariableSetStmt) -> str:
+    parts: list[str] = []
+    for arg in node.args or ():
+        if isinstance(arg, ast.A_Const):
+            value = arg.val
+            if isinstance(value, ast.String):
+                parts.append(value.sval or "")
+            elif isinstance(value, ast.Integer):
+                parts.append(str(value.ival))
+            elif isinstance(value, ast.Float):
+                parts.append(str(value.fval))
+            elif isinstance(value, ast.Boolean):
+                parts.append("on" if value.boolval else "off")
+        elif isinstance(arg, ast.TypeCast) and isinstance(arg.arg, ast.A_Const):
+            inner = arg.arg.val
+            parts.append(str(getattr(inner, "sval", getattr(inner, "ival", ""))))
+        else:
+            parts.append(str(arg))
+    return ", ".join(parts)
+
+
+# ---- the database ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Generation:
+    watermark: Watermark | None
+    tables: Mapping[tuple[str, str], catalog.TableInfo]
+    schemas: frozenset[str]
+
+
+class LakeDatabase:
+    """The embedded DuckDB serving the lake. Thread-safe; one per process."""
+
+    def __init__(self, settings: DatabaseSettings, snapshots: SnapshotProvider) -> None:
+        self.settings = settings
+        self._snapshots = snapshots
+        self._refresh_lock = threading.Lock()
+        self._scratch = tempfile.TemporaryDirectory(prefix="streambed-duckdb-")
+        config: dict[str, str | bool | int | float | list[str]] = dict(
+            offline_config(str(Path(self._scratch.name) / "extensions"))
+        )
+        if settings.memory_limit:
+            config["memory_limit"] = settings.memory_limit
+        if settings.threads:
+            config["threads"] = settings.threads
+        self._conn = duckdb.connect(":memory:", config=config)
+        self._metadata_cache: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self._columns_cache: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._snapshot_cache: dict[str, list[timetravel.SnapshotInfo]] = {}
+        self._generation = _Generation(None, {}, frozenset())
+        try:
+            self._setup()
+        except Exception:
+            self._conn.close()
+            self._scratch.cleanup()
+            raise
+
+    def _setup(self) -> None:
+        conn = self._conn
+        load_extensions(conn)
+        conn.execute("SET TimeZone = 'UTC'")
+        s = self.settings
+        if s.warehouse_path.startswith("s3://"):
+            options = ["TYPE s3", f"REGION '{s.s3_region}'"]
+            if s.s3_access_key_id:
+                options += [f"KEY_ID '{s.s3_access_key_id}'", f"SECRET '{s.s3_secret_access_key}'"]
+            if s.s3_endpoint:
+                endpoint = urlsplit(s.s3_endpoint)
+                options += [
+                    f"ENDPOINT '{endpoint.netloc or s.s3_endpoint}'",
+                    "URL_STYLE 'path'",
+                    f"USE_SSL {'true' if endpoint.scheme == 'https' else 'false'}",
+                ]
+            conn.execute(f"CREATE SECRET streambed_s3 ({', '.join(options)})")
+        catalog.install(conn, s.database_name)
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {timetravel.SCHEMA}")
+        conn.execute("CREATE SCHEMA IF NOT EXISTS public")
+        allowed = [s.warehouse_path.rstrip("/") + "/", *s.extra_allowed_paths]
+        listed = ", ".join("'" + p.replace("'", "''") + "'" for p in allowed)
+        conn.execute(f"SET allowed_directories = [{listed}]")
+        conn.execute("SET enable_external_access = false")
+        conn.execute("SET allow_community_extensions = false")
+        conn.execute("SET lock_configuration = true")
+
+    # -- refresh --------------------------------------------------------------------------
+
+    @property
+    def watermark(self) -> Watermark | None:
+        return self._generation.watermark
+
+    def refresh(self) -> bool:
+        """Switch every view to the newest watermark, atomically. Returns True if it changed.
+
+        Cheap and idempotent when nothing changed. Queries already running keep the views
+        they bound; queries that start after the commit see the new watermark.
+        """
+        with self._refresh_lock:
+            latest = self._snapshots.latest()
+            current = self._generation.watermark
+            if latest is None or latest == current:
+                return False
+            if current is not None and latest.lsn < current.lsn:
+                log.warning(
+                    "refresh ignored an older watermark lsn=%d current=%d", latest.lsn, current.lsn
+                )
+                return False
+            self._apply(latest)
+            return True
+
+    def _table_metadata(self, location: str) -> tuple[tuple[str, ...], frozenset[str]]:
+        cached = self._metadata_cache.get(location)
+        if cached is None:
+            from pyiceberg.table import StaticTable
+
+            table = StaticTable.from_metadata(location, self.settings.pyiceberg_properties)
+            schema = table.schema()
+            keys = tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
+            required = frozenset(f.name for f in schema.fields if f.required)
+            cached = (tuple(k for k in keys if k), required)
+            self._metadata_cache[location] = cached
+        return cached
+
+    def _apply(self, watermark: Watermark) -> None:
+        old = self._generation
+        cursor = self._conn.cursor()
+        try:
+            cursor.execute("BEGIN TRANSACTION")
+            schemas = set(old.schemas)
+            infos: dict[tuple[str, str], catalog.TableInfo] = {}
+            for (schema, table), location in sorted(watermark.tables.items()):
+                if schema not in schemas:
+                    cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")
+                    schemas.add(schema)
+                qualified = f"{_ident(schema)}.{_ident(table)}"
+                escaped = location.replace("'", "''")
+                previous = old.watermark.tables.get((schema, table)) if old.watermark else None
+                if previous != location:
+                    cursor.execute(
+                        f"CREATE OR REPLACE VIEW {qualified} AS "
+                        f"SELECT * FROM iceberg_scan('{escaped}')"
+                    )
+                columns = self._columns_cache.get(location)
+                if columns is None:
+                    described = cursor.execute(f"DESCRIBE {qualified}").fetchall()
+                    columns = tuple((str(r[0]), str(r[1])) for r in described)
+                    self._columns_cache[location] = columns
+                pk: tuple[str, ...] | None = None
+                if watermark.primary_keys is not None:
+                    pk = watermark.primary_keys.get((schema, table))
+                keys, required = self._table_metadata(location)
+                infos[(schema, table)] = catalog.TableInfo(
+                    schema,
+                    table,
+                    tuple(catalog.ColumnDef(n, t, n in required) for n, t in columns),
+                    pk if pk is not None else keys,
+                )
+            if old.watermark is not None:
+                for schema, table in old.watermark.tables:
+                    if (schema, table) not in watermark.tables:
+                        cursor.execute(f"DROP VIEW IF EXISTS {_ident(schema)}.{_ident(table)}")
+            catalog.rebuild(cursor, list(infos.values()), self.settings.database_name)
+            cursor.execute("COMMIT")
+        except Exception:
+            with contextlib.suppress(duckdb.Error):
+                cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+        live = set(watermark.tables.values())
+        for cache in (self._metadata_cache, self._columns_cache, self._snapshot_cache):
+            for key in [k for k in cache if k not in live]:
+                del cache[key]
+        self._generation = _Generation(watermark, infos, frozenset(schemas))
+        log.info("query views refreshed lsn=%d tables=%d", watermark.lsn, len(infos))
+
+    # -- time travel ----------------------------------------------------------------------
+
+    def resolve_time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:
+        """(metadata location, snapshot id) for `streambed.<function>(table, value)`."""
+        generation = self._generation
+        key = timetravel.split_table_name(table)
+        location = generation.watermark.tables.get(key) if generation.watermark else None
+        if location is None:
+            raise timetravel.TimeTravelError(
+                f'relation "{key[0]}.{key[1]}" does not exist (streambed.{function} takes '
+                f"'schema.table' of a replicated table)",
+                "42P01",
+            )
+        snapshots = self._snapshot_cache.get(location)
+        if snapshots is None:
+            snapshots = timetravel.load_snapshots(location, self.settings.pyiceberg_properties)
+            self._snapshot_cache[location] = snapshots
+        return location, timetravel.resolve_snapshot(function, table, snapshots, value)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def session(self, user: str = "streambed", database: str | None = None) -> DbSession:
+        return DbSession(self, self._conn.cursor(), user, database or self.settings.database_name)
+
+    @property
+    def schemas(self) -> frozenset[str]:
+        return self._generation.schemas | {"public"}
+
+    def close(self) -> None:
+        self._conn.close()
+        self._scratch.cleanup()
+
+    def __enter__(self) -> LakeDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a simple-query string into statements (Postgres lexer; DuckDB as fallback)."""
+    try:
+        return [s for s in pglast.split(sql) if s.strip()]
+    except pglast.parser.ParseError:
+        try:
+            return [str(s.query) for s in duckdb.extract_statements(sql)]
+        except duckdb.Error:
+            return [sql]
+
+
+class DbSession:
+    """One client session: its own DuckDB cursor, settings and transaction state."""
+
+    def __init__(
+        self, db: LakeDatabase, cursor: duckdb.DuckDBPyConnection, user: str, database: str
+    ) -> None:
+        self._db = db
+        self._cursor = cursor
+        self.user = user
+        self.database = database
+        self.settings: dict[str, str] = dict(DEFAULT_SETTINGS)
+        self.settings["session_authorization"] = user
+        if db.settings.statement_timeout:
+            self.settings["statement_timeout"] = str(int(db.settings.statement_timeout * 1000))
+        self._status = "I"  # I idle, T in transaction, E failed transaction
+        self._lock = threading.Lock()
+        self._timed_out = False
+        self._canceled = False
+        self._timer: threading.Timer | None = None
+        self._open: QueryResult | None = None
+        self._applied_path: str | None = None
+
+    # -- state the wire layer reports -------------------------------------------------------
+
+    @property
+    def transaction_status(self) -> str:
+        """'I' idle, 'T' in a transaction block, 'E' in a failed transaction block."""
+        return self._status
+
+    @property
+    def timezone(self) -> str:
+        return self.settings["timezone"]
+
+    def parameter_status(self) -> dict[str, str]:
+        """Settings to send as ParameterStatus at startup."""
+        return {_DISPLAY_NAMES.get(k, k): self.settings[k] for k in REPORTED_SETTINGS}
+
+    @property
+    def statement_timeout(self) -> float:
+        return _parse_duration(self.settings["statement_timeout"])
+
+    # -- cancel ------------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Cancel the running statement (CancelRequest). Safe from any thread."""
+        self._canceled = True
+        self._cursor.interrupt()
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open.close()
+        with contextlib.suppress(duckdb.Error):
+            self._cursor.close()
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, sql: str, params: Sequence[object] | None = None) -> QueryResult:
+        """Run one statement. Raises QueryError (with SQLSTATE) on failure."""
+        if self._open is not None:
+            self._open.close()
+        try:
+            return self._execute(sql, list(params or ()))
+        except QueryError as e:
+            self._fail(e)
+            raise
+        except duckdb.Error as e:
+            error = self._cancel_error() or map_duckdb_error(e)
+            self._fail(error)
+            raise error from e
+
+    def _fail(self, error: QueryError) -> None:
+        if self._status == "T":
+            self._status = "E"
+            with contextlib.suppress(duckdb.Error):
+                self._cursor.execute("ROLLBACK")
+
+    def _cancel_error(self) -> QueryError | None:
+        if self._timed_out:
+            return QueryError("canceling statement due to statement timeout", "57014")
+        if self._canceled:
+            return QueryError("canceling statement due to user request", "57014")
+        return None
+
+    def _execute(self, sql: str, params: list[object]) -> QueryResult:
+        try:
+            statements = pglast.parse_sql(sql)
+        except pglast.parser.ParseError as e:
+            return self._execute_duckdb_only(sql, params, e)
+        if len(statements) != 1:
+            if not statements:
+                return QueryResult([], None, "EMPTY")
+            raise QueryError(
+                "cannot run several statements at once here; split them first", "42601"
+            )
+        stmt = statements[0].stmt
+        if isinstance(stmt, ast.TransactionStmt):
+            return self._transaction(stmt)
+        if self._status == "E":
+            raise QueryError(
+                "current transaction is aborted, commands ignored until end of transaction block",
+                "25P02",
+            )
+        if isinstance(stmt, ast.VariableSetStmt):
+            return self._set(stmt)
+        if isinstance(stmt, ast.VariableShowStmt):
+            return self._show(stmt.name or "")
+        if isinstance(stmt, ast.DiscardStmt):
+            return QueryResult([], None, "DISCARD ALL")
+        if isinstance(stmt, ast.DeallocateStmt):
+            return QueryResult([], None, "DEALLOCATE")
+        if isinstance(stmt, ast.ListenStmt | ast.UnlistenStmt):
+            return QueryResult(
+                [], None, "UNLISTEN" if isinstance(stmt, ast.UnlistenStmt) else "LISTEN"
+            )
+        if isinstance(stmt, ast.ExplainStmt):
+            self._check_read_only(stmt.query)
+            return self._select(sql, stmt, params, tag="EXPLAIN")
+        if isinstance(stmt, ast.SelectStmt):
+            self._check_read_only(stmt)
+            return self._select(sql, stmt, params, tag="SELECT")
+        if isinstance(stmt, ast.PrepareStmt | ast.ExecuteStmt):
+            raise QueryError(
+                "SQL-level PREPARE/EXECUTE is not supported; use the extended query protocol",
+                "0A000",
+            )
+        what = _STATEMENT_NAMES.get(type(stmt).__name__, type(stmt).__name__)
+        raise QueryError(READ_ONLY_MESSAGE.format(what=what), "25006")
+
+    def _execute_duckdb_only(
+        self, sql: str, params: list[object], parse_error: pglast.parser.ParseError
+    ) -> QueryResult:
+        """SQL Postgres cannot parse: allowed only if DuckDB sees a plain SELECT."""
+        first_word = (sql.strip().split(None, 1) or [""])[0].upper().rstrip(";")
+        if first_word in _DENIED_KEYWORDS:
+            raise QueryError(READ_ONLY_MESSAGE.format(what=first_word), "42501")
+        try:
+            extracted = duckdb.extract_statements(sql)
+        except duckdb.Error:
+            raise QueryError(f"syntax error: {parse_error.args[0]}", "42601") from parse_error
+        if len(extracted) != 1:
+            raise QueryError(f"syntax error: {parse_error.args[0]}", "42601") from parse_error
+        kind = str(extracted[0].type).rsplit(".", 1)[-1].upper()
+        if kind not in _ALLOWED_DUCKDB_TYPES:
+            raise QueryError(READ_ONLY_MESSAGE.format(what=kind.replace("_", " ")), "42501")
+        lowered = sql.lower()
+        if re.search(r"\b(from|join)\s+'", lowered):
+            raise QueryError("reading files is not allowed: query the replicated tables", "42501")
+        for name in _FILE_FUNCTIONS | _DENIED_FUNCTIONS:
+            if re.search(rf"\b{name}\s*\(", lowered):
+                raise QueryError(
+                    f"function {name}() is not allowed: query the replicated tables instead",
+                    "42501",
+                )
+        if self._status == "E":
+            raise QueryError(
+                "current transaction is aborted, commands ignored until end of transaction block",
+                "25P02",
+            )
+        return self._run(sql, params, [], tag="SELECT")
+
+    def _check_read_only(self, stmt: Any) -> None:
+        def visit(node: Any) -> None:
+            name = type(node).__name__
+            if name in _STATEMENT_NAMES:
+                raise QueryError(READ_ONLY_MESSAGE.format(what=_STATEMENT_NAMES[name]), "25006")
+            if isinstance(node, ast.SelectStmt) and node.intoClause is not None:
+                raise QueryError(READ_ONLY_MESSAGE.format(what="SELECT INTO"), "25006")
+            if isinstance(node, ast.SelectStmt) and node.lockingClause:
+                raise QueryError(READ_ONLY_MESSAGE.format(what="SELECT FOR UPDATE"), "25006")
+            if isinstance(node, ast.FuncCall):
+                fname = rewrite._strings(node.funcname)[-1].lower()
+                if fname in _DENIED_FUNCTIONS:
+                    raise QueryError(f"function {fname}() is not allowed", "42501")
+                if fname in _FILE_FUNCTIONS:
+                    self._check_file_argument(fname, node)
+            relname = node.relname or "" if isinstance(node, ast.RangeVar) else ""
+            if "/" in relname or "." in relname:
+                raise QueryError(
+                    f'reading files is not allowed: "{relname}" is not a table', "42501"
+                )
+
+        rewrite._walk(stmt, visit)
+
+    def _check_file_argument(self, name: str, node: ast.FuncCall) -> None:
+        args = node.args or ()
+        first = args[0] if args else None
+        path = None
+        if isinstance(first, ast.A_Const) and isinstance(first.val, ast.String):
+            path = first.val.sval
+        root = self._db.settings.warehouse_path.rstrip("/") + "/"
+        if path is None or not _inside(path, root):
+            raise QueryError(
+                f"{name}() may only read the lake's own files; query the replicated tables "
+                f"(e.g. SELECT * FROM public.orders) instead",
+                "42501",
+            )
+
+    # -- SELECT ------------------------------------------------------------------------------
+
+    def _session_values(self, params: list[object]) -> rewrite.SessionValues:
+        path = self._search_path()
+        return rewrite.SessionValues(
+            user=self.user,
+            database=self.database,
+            schema=path[0] if path else "public",
+            search_path=tuple(path),
+            version=version_string(),
+            time_travel=self._time_travel,
+            params=tuple(params),
+        )
+
+    def _time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:
+        return self._db.resolve_time_travel(function, table, value)
+
+    def _select(self, sql: str, stmt: ast.Node, params: list[object], tag: str) -> QueryResult:
+        names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
+        text = sql
+        if rewrite.needs_rewrite(stmt):
+            try:
+                text = rewrite.rewrite(stmt, self._session_values(params))
+            except timetravel.TimeTravelError as e:
+                raise QueryError(str(e), e.sqlstate) from e
+            # time-travel arguments given as $n were resolved into constants
+            params = params[: _param_count(stmt)]
+        return self._run(text, params, names, tag)
+
+    def _apply_search_path(self) -> None:
+        wanted = ",".join([*self._search_path(), "main"])
+        if wanted != self._applied_path:
+            self._cursor.execute(f"SET search_path = '{wanted}'")
+            self._applied_path = wanted
+
+    def _search_path(self) -> list[str]:
+        existing = self._db.schemas
+        result = []
+        for item in self.settings["search_path"].split(","):
+            name = item.strip().strip('"')
+            if name == "$user":
+                name = self.user
+            if name in existing and name not in result:
+                result.append(name)
+        return result
+
+    def _run(
+        self, sql: str, params: list[object], names: list[str | None], tag: str
+    ) -> QueryResult:
+        self._apply_search_path()
+        self._timed_out = False
+        self._canceled = False
+        self._start_timer()
+        try:
+            # None for statements that return no rows (stubs say otherwise)
+            relation: duckdb.DuckDBPyRelation | None = self._cursor.sql(sql, params=params or None)
+            if relation is None:
+                self._stop_timer()
+                return QueryResult([], None, tag)
+            description = relation.description
+            reader = relation.to_arrow_reader(self._db.settings.batch_rows)
+        except Exception:
+            self._stop_timer()
+            raise
+        actual = [str(d[0]) for d in description]
+        renames = rewrite.rename_map(names, actual)
+        final_names = [renames.get(i, n) for i, n in enumerate(actual)]
+        columns = [
+            ColumnInfo.of(name, pgtypes.pg_type_for_duckdb(str(d[1])))
+            for name, d in zip(final_names, description, strict=True)
+        ]
+        schema = reader.schema
+        if renames:
+            schema = pa.schema(
+                [f.with_name(final_names[i]) for i, f in enumerate(reader.schema)],
+                metadata=reader.schema.metadata,
+            )
+        result = QueryResult(
+            columns, self._stream(reader, schema, bool(renames)), tag, on_close=self._stop_timer
+        )
+        self._open = result
+        return result
+
+    def _stream(
+        self, reader: pa.RecordBatchReader, schema: pa.Schema, rename: bool
+    ) -> Iterator[pa.RecordBatch]:
+        try:
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except duckdb.Error as e:
+                    raise self._cancel_error() or map_duckdb_error(e) from e
+                except pa.ArrowException as e:
+                    cancel = self._cancel_error()
+                    if cancel is not None:
+                        raise cancel from e
+                    raise QueryError(_clean_message(str(e)), "XX000") from e
+                if rename:
+                    batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                yield batch
+        except QueryError as error:
+            self._fail(error)
+            raise
+        finally:
+            self._stop_timer()
+            reader.close()
+
+    def _start_timer(self) -> None:
+        timeout = self.statement_timeout
+        if timeout > 0:
+            self._timer = threading.Timer(timeout, self._on_timeout)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timeout(self) -> None:
+        self._timed_out = True
+        self._cursor.interrupt()
+
+    def _stop_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def _transaction(self, stmt: ast.TransactionStmt) -> QueryResult:
+        kind = stmt.kind
+        tag = _TX_TAGS.get(kind, "BEGIN") if kind is not None else "BEGIN"
+        K = enums.TransactionStmtKind
+        if kind in (K.TRANS_STMT_BEGIN, K.TRANS_STMT_START):
+            if self._status == "I":
+                self._cursor.execute("BEGIN TRANSACTION")
+                self._status = "T"
+            return QueryResult([], None, "BEGIN")
+        if kind in (K.TRANS_STMT_COMMIT, K.TRANS_STMT_ROLLBACK):
+            if self._status == "T":
+                with contextlib.suppress(duckdb.Error):
+                    self._cursor.execute("ROLLBACK")
+            failed = self._status == "E"
+            self._status = "I"
+            return QueryResult([], None, "ROLLBACK" if failed else tag)
+        if kind == K.TRANS_STMT_ROLLBACK_TO:
+            if self._status == "E":
+                self._cursor.execute("BEGIN TRANSACTION")
+                self._status = "T"
+            return QueryResult([], None, "ROLLBACK")
+        if kind in (K.TRANS_STMT_SAVEPOINT, K.TRANS_STMT_RELEASE):
+            if self._status == "E":
+                raise QueryError(
+                    "current transaction is aborted, commands ignored until end of "
+                    "transaction block",
+                    "25P02",
+                )
+            if self._status == "I":
+                raise QueryError(f"{tag} can only be used in transaction blocks", "25P01")
+            return QueryResult([], None, tag)
+        raise QueryError("two-phase commit is not supported on a read-only replica", "0A000")
+
+    # -- SET / SHOW --------------------------------------------------------------------------
+
+    def _set(self, stmt: ast.VariableSetStmt) -> QueryResult:
+        K = enums.VariableSetKind
+        name = (stmt.name or "").lower()
+        if (
+            stmt.kind == K.VAR_SET_MULTI
+            or name.startswith("transaction")
+            or name in ("session characteristics",)
+        ):
+            return QueryResult([], None, "SET")  # SET TRANSACTION ... : read-only anyway
+        if stmt.kind == K.VAR_RESET_ALL:
+            self.settings.update(DEFAULT_SETTINGS)
+            self.settings["session_authorization"] = self.user
+            return QueryResult([], None, "RESET")
+        if name == "timezone" and stmt.kind == K.VAR_SET_VALUE and stmt.args:
+            arg = stmt.args[0]
+            if isinstance(arg, ast.TypeCast):  # SET TIME ZONE INTERVAL '+02:00' HOUR TO MINUTE
+                raise QueryError("SET TIME ZONE INTERVAL is not supported", "0A000")
+        if name == "names":
+            name = "client_encoding"
+        if name not in DEFAULT_SETTINGS or name in _READ_ONLY_SETTINGS:
+            if name in _READ_ONLY_SETTINGS:
+                raise QueryError(f'parameter "{name}" cannot be changed', "55P02")
+            raise QueryError(
+                f'setting "{name}" cannot be changed on this read-only server '
+                f"(only Postgres session settings such as search_path, TimeZone, "
+                f"statement_timeout are accepted)",
+                "42501",
+            )
+        if stmt.kind in (K.VAR_RESET, K.VAR_SET_DEFAULT):
+            value = DEFAULT_SETTINGS[name]
+        else:
+            value = _setting_value(stmt)
+        value = self._validate_setting(name, value)
+        self.settings[name] = value
+        return QueryResult([], None, "RESET" if stmt.kind == K.VAR_RESET else "SET")
+
+    def _validate_setting(self, name: str, value: str) -> str:
+        if name == "timezone":
+            zone = value.strip()
+            upper = zone.upper()
+            if upper in ("UTC", "GMT", "Z", "ETC/UTC", "ZULU", "UCT"):
+                return "UTC"
+            if upper in ("LOCAL", "DEFAULT"):
+                return "UTC"
+            try:
+                ZoneInfo(zone)
+            except (ZoneInfoNotFoundError, ValueError) as e:
+                raise QueryError(
+                    f'invalid value for parameter "TimeZone": "{value}"', "22023"
+                ) from e
+            return zone
+        if name == "statement_timeout":
+            _parse_duration(value)
+            return value
+        if name == "client_encoding":
+            if value.upper().replace("-", "") not in ("UTF8", "UNICODE"):
+                raise QueryError(
+                    f'invalid value for parameter "client_encoding": "{value}" '
+                    f"(only UTF8 is supported)",
+                    "22023",
+                )
+            return "UTF8"
+        if name == "datestyle":
+            if "iso" not in value.lower() and value.lower() not in ("mdy", "ymd", "dmy"):
+                raise QueryError(f'DateStyle "{value}" is not supported; use ISO', "0A000")
+            return "ISO, MDY" if "iso" in value.lower() else "ISO, " + value.upper()
+        if name == "intervalstyle" and value.lower() != "postgres":
+            raise QueryError(f'IntervalStyle "{value}" is not supported; use postgres', "0A000")
+        return value
+
+    def _show(self, name: str) -> QueryResult:
+        key = name.lower()
+        if key == "all":
+            rows = sorted(self.settings.items())
+            cols = [
+                ColumnInfo.of("name", pgtypes.TEXT),
+                ColumnInfo.of("setting", pgtypes.TEXT),
+                ColumnInfo.of("description", pgtypes.TEXT),
+            ]
+            batch = pa.record_batch(
+                [
+                    pa.array([_DISPLAY_NAMES.get(k, k) for k, _ in rows]),
+                    pa.array([v for _, v in rows]),
+                    pa.array([""] * len(rows)),
+                ],
+                names=["name", "setting", "description"],
+            )
+            return QueryResult(cols, iter([batch]), "SHOW")
+        if key == "transaction isolation level":
+            key = "transaction_isolation"
+        if key not in self.settings:
+            raise QueryError(f'unrecognized configuration parameter "{name}"', "42704")
+        value = self.settings[key]
+        if key == "statement_timeout":
+            value = _show_duration(value)
+        batch = pa.record_batch([pa.array([value], pa.string())], names=[key])
+        return QueryResult([ColumnInfo.of(key, pgtypes.TEXT)], iter([batch]), "SHOW")
+
+    # -- extended protocol helpers -----------------------------------------------------------
+
+    def describe(self, sql: str, params: Sequence[object] | None = None) -> list[ColumnInfo]:
+        """Columns `sql` would return, without running it (for Describe). [] if none."""
+        try:
+            stmt = pglast.parse_sql(sql)[0].stmt
+        except (pglast.parser.ParseError, IndexError):
+            return []
+        if isinstance(stmt, ast.VariableShowStmt):
+            key = (stmt.name or "").lower()
+            return [ColumnInfo.of(key if key != "all" else "name", pgtypes.TEXT)]
+        if not isinstance(stmt, ast.SelectStmt | ast.ExplainStmt):
+            return []
+        count = max(_param_count(stmt), len(params or ()))
+        values = list(params or ()) + [None] * (count - len(params or ()))
+        result = self.execute(sql, values)
+        columns = result.columns
+        result.close()
+        return columns
+
+
+def _param_count(stmt: ast.Node) -> int:
+    highest = 0
+
+    def visit(node: Any) -> None:
+        nonlocal highest
+        if isinstance(node, ast.ParamRef):
+            highest = max(highest, node.number or 0)
+
+    rewrite._walk(stmt, visit)
+    return highest
+
+
+def _inside(path: str, root: str) -> bool:
+    if path.startswith("file://"):
+        path = unquote(urlsplit(path).path)
+    if "://" in root:
+        return path.startswith(root)
+    resolved = str(Path(path).resolve())
+    return (resolved + "/").startswith(str(Path(root).resolve()) + "/")
+
+
+def _show_duration(value: str) -> str:
+    seconds = _parse_duration(value)
+    if seconds == 0:
+        return "0"
+    if seconds < 1 or seconds != int(seconds):
+        return f"{int(seconds * 1000)}ms"
+    if seconds % 60 == 0:
+        return f"{int(seconds // 60)}min"
+    return f"{int(seconds)}s"
+
+
+def version_string() -> str:
+    """What version() answers: parsed by pgjdbc, SQLAlchemy and psycopg as Postgres 15.0."""
+    return (
+        f"PostgreSQL {SERVER_VERSION} (streambed {STREAMBED_VERSION} on DuckDB "
+        f"{duckdb.__version__}) on x86_64-pc-linux-gnu, compiled by streambed, 64-bit"
+    )
+
+
+def wait_for_lsn(db: LakeDatabase, lsn: int, timeout: float = 10.0) -> bool:
+    """Refresh until the database serves at least `lsn` (tests, `streambed verify`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        db.refresh()
+        current = db.watermark
+        if current is not None and current.lsn >= lsn:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

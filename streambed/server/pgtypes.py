@@ -1,0 +1,505 @@
+"""DuckDB/Arrow types as Postgres types, and Postgres text-format encoders.
+
+Shared by the query database (column descriptions, pg_catalog rows) and the wire layer
+(RowDescription and DataRow encoding). `pg_type_for_duckdb` maps a DuckDB type string
+(``str(cursor.description[i][1])``) to a `PgType`; `encode_text_column` renders a whole Arrow
+column the way Postgres 15 renders those values in text format, vectorised with Arrow
+compute where the Postgres rendering allows it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class PgType:
+    """A Postgres type as a client sees it in a RowDescription."""
+
+    oid: int
+    name: str  # pg_type.typname, e.g. "int4", "_text"
+    typlen: int  # -1 for variable length
+    typmod: int = -1
+    element: PgType | None = None  # element type of an array type
+
+    def with_typmod(self, typmod: int) -> PgType:
+        return PgType(self.oid, self.name, self.typlen, typmod, self.element)
+
+    @property
+    def is_array(self) -> bool:
+        return self.element is not None
+
+    def format_type(self) -> str:
+        """The SQL spelling `format_type(oid, typmod)` gives, e.g. numeric(10,2)."""
+        if self.element is not None:
+            return self.element.with_typmod(self.typmod).format_type() + "[]"
+        base = _SQL_NAMES.get(self.name, self.name)
+        if self.name == "numeric" and self.typmod >= 4:
+            precision, scale = numeric_precision_scale(self.typmod)
+            return f"numeric({precision},{scale})"
+        return base
+
+
+def numeric_typmod(precision: int, scale: int) -> int:
+    return ((precision << 16) | scale) + 4
+
+
+def numeric_precision_scale(typmod: int) -> tuple[int, int]:
+    value = typmod - 4
+    return (value >> 16) & 0xFFFF, value & 0xFFFF
+
+
+BOOL = PgType(16, "bool", 1)
+BYTEA = PgType(17, "bytea", -1)
+INT8 = PgType(20, "int8", 8)
+INT2 = PgType(21, "int2", 2)
+INT4 = PgType(23, "int4", 4)
+TEXT = PgType(25, "text", -1)
+OID = PgType(26, "oid", 4)
+JSON = PgType(114, "json", -1)
+FLOAT4 = PgType(700, "float4", 4)
+FLOAT8 = PgType(701, "float8", 8)
+VARCHAR = PgType(1043, "varchar", -1)
+DATE = PgType(1082, "date", 4)
+TIME = PgType(1083, "time", 8)
+TIMESTAMP = PgType(1114, "timestamp", 8)
+TIMESTAMPTZ = PgType(1184, "timestamptz", 8)
+INTERVAL = PgType(1186, "interval", 16)
+TIMETZ = PgType(1266, "timetz", 12)
+NUMERIC = PgType(1700, "numeric", -1)
+UUID = PgType(2950, "uuid", 16)
+JSONB = PgType(3802, "jsonb", -1)
+
+_ARRAY_OIDS = {
+    16: 1000,
+    17: 1001,
+    20: 1016,
+    21: 1005,
+    23: 1007,
+    25: 1009,
+    26: 1028,
+    114: 199,
+    700: 1021,
+    701: 1022,
+    1043: 1015,
+    1082: 1182,
+    1083: 1183,
+    1114: 1115,
+    1184: 1185,
+    1186: 1187,
+    1266: 1270,
+    1700: 1231,
+    2950: 2951,
+    3802: 3807,
+}
+
+BASE_TYPES: tuple[PgType, ...] = (
+    BOOL,
+    BYTEA,
+    INT8,
+    INT2,
+    INT4,
+    TEXT,
+    OID,
+    JSON,
+    FLOAT4,
+    FLOAT8,
+    VARCHAR,
+    DATE,
+    TIME,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    INTERVAL,
+    TIMETZ,
+    NUMERIC,
+    UUID,
+    JSONB,
+)
+
+_SQL_NAMES = {
+    "bool": "boolean",
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "varchar": "character varying",
+    "time": "time without time zone",
+    "timetz": "time with time zone",
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+}
+
+
+def array_of(element: PgType) -> PgType:
+    oid = _ARRAY_OIDS.get(element.oid, 1009)
+    base = element if element.oid in _ARRAY_OIDS else TEXT
+    return PgType(oid, "_" + base.name, -1, element.typmod, base)
+
+
+ALL_TYPES: tuple[PgType, ...] = BASE_TYPES + tuple(array_of(t) for t in BASE_TYPES)
+BY_OID: dict[int, PgType] = {t.oid: t for t in ALL_TYPES}
+
+_SIMPLE = {
+    "BOOLEAN": BOOL,
+    "TINYINT": INT2,
+    "SMALLINT": INT2,
+    "UTINYINT": INT2,
+    "INTEGER": INT4,
+    "USMALLINT": INT4,
+    "BIGINT": INT8,
+    "UINTEGER": INT8,
+    "UBIGINT": NUMERIC,
+    "HUGEINT": NUMERIC,
+    "UHUGEINT": NUMERIC,
+    "VARINT": NUMERIC,
+    "BIGNUM": NUMERIC,
+    "FLOAT": FLOAT4,
+    "DOUBLE": FLOAT8,
+    "VARCHAR": TEXT,
+    "BLOB": BYTEA,
+    "DATE": DATE,
+    "TIME": TIME,
+    "TIME WITH TIME ZONE": TIMETZ,
+    "TIMESTAMP": TIMESTAMP,
+    "TIMESTAMP_S": TIMESTAMP,
+    "TIMESTAMP_MS": TIMESTAMP,
+    "TIMESTAMP_NS": TIMESTAMP,
+    "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
+    "INTERVAL": INTERVAL,
+    "UUID": UUID,
+    "JSON": JSON,
+}
+
+_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+
+
+def pg_type_for_duckdb(type_name: str) -> PgType:
+    """Map a DuckDB type string (as in cursor.description or DESCRIBE) to a Postgres type."""
+    text = type_name.strip()
+    upper = text.upper()
+    if upper.endswith("]"):
+        inner = re.sub(r"\[\d*\]$", "", text)
+        element = pg_type_for_duckdb(inner)
+        if element.element is not None:  # nested lists: Postgres arrays are multidimensional
+            return element
+        return array_of(element)
+    simple = _SIMPLE.get(upper)
+    if simple is not None:
+        return simple
+    match = _DECIMAL.match(upper)
+    if match:
+        return NUMERIC.with_typmod(numeric_typmod(int(match.group(1)), int(match.group(2))))
+    if upper.startswith("VARCHAR"):
+        return TEXT
+    return TEXT
+
+
+def pg_type_for_arrow(data_type: pa.DataType) -> PgType:
+    """Fallback mapping from an Arrow type, when no DuckDB type is known."""
+    if pa.types.is_boolean(data_type):
+        return BOOL
+    if pa.types.is_int8(data_type) or pa.types.is_int16(data_type) or pa.types.is_uint8(data_type):
+        return INT2
+    if pa.types.is_int32(data_type) or pa.types.is_uint16(data_type):
+        return INT4
+    if pa.types.is_int64(data_type) or pa.types.is_uint32(data_type):
+        return INT8
+    if pa.types.is_uint64(data_type):
+        return NUMERIC
+    if pa.types.is_float32(data_type) or pa.types.is_float16(data_type):
+        return FLOAT4
+    if pa.types.is_float64(data_type):
+        return FLOAT8
+    if pa.types.is_decimal(data_type):
+        return NUMERIC.with_typmod(numeric_typmod(data_type.precision, data_type.scale))
+    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
+        return BYTEA
+    if pa.types.is_date(data_type):
+        return DATE
+    if pa.types.is_time(data_type):
+        return TIME
+    if pa.types.is_timestamp(data_type):
+        return TIMESTAMPTZ if data_type.tz is not None else TIMESTAMP
+    if pa.types.is_interval(data_type) or pa.types.is_duration(data_type):
+        return INTERVAL
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        element = pg_type_for_arrow(data_type.value_type)
+        return element if element.element is not None else array_of(element)
+    return TEXT
+
+
+# ---- text encoders ---------------------------------------------------------------------
+
+Encoded = list[bytes | None]
+
+
+def encode_text_column(
+    array: pa.Array | pa.ChunkedArray, pg_type: PgType, tz: str = "UTC"
+) -> Encoded:
+    """Render every value of `array` as Postgres would in text format (None for NULL).
+
+    `tz` is the session TimeZone (IANA name or 'UTC'), used for timestamptz values.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    data_type = array.type
+    if pa.types.is_dictionary(data_type):
+        array = array.dictionary_decode()
+        data_type = array.type
+    if pa.types.is_null(data_type):
+        return [None] * len(array)
+    if pa.types.is_boolean(data_type):
+        return _as_bytes(pc.if_else(array, "t", "f"))
+    if pa.types.is_integer(data_type) or pa.types.is_decimal(data_type):
+        return _as_bytes(pc.cast(array, pa.string()))
+    if pa.types.is_floating(data_type):
+        single = pa.types.is_float32(data_type) or pa.types.is_float16(data_type)
+        return _float_column(array, single)
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return _as_bytes(array)
+    if pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
+        return [None if v is None else b"\\x" + v.hex().encode() for v in array.to_pylist()]
+    if pa.types.is_fixed_size_binary(data_type):
+        return _uuid_or_bytes(array, pg_type)
+    if pa.types.is_date(data_type):
+        return _as_bytes(pc.cast(array, pa.string()))
+    if pa.types.is_time(data_type):
+        text = pc.cast(pc.cast(array, pa.time64("us")), pa.string())
+        return _as_bytes(_strip_fraction(text))
+    if pa.types.is_timestamp(data_type):
+        return _timestamp_column(array, tz)
+    if pa.types.is_interval(data_type):
+        return [None if v is None else format_interval(*v).encode() for v in _intervals(array)]
+    if pa.types.is_duration(data_type):
+        return _encode_python(array, pg_type, tz)
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return _list_column(array, pg_type, tz)
+    return _encode_python(array, pg_type, tz)
+
+
+def _as_bytes(array: pa.Array) -> Encoded:
+    result: Encoded = pc.cast(array, pa.binary()).to_pylist()
+    return result
+
+
+def _uuid_or_bytes(array: pa.Array, pg_type: PgType) -> Encoded:
+    values = array.to_pylist()
+    if pg_type.oid == UUID.oid:
+        import uuid
+
+        return [None if v is None else str(uuid.UUID(bytes=v)).encode() for v in values]
+    return [None if v is None else b"\\x" + v.hex().encode() for v in values]
+
+
+_FLOAT = re.compile(r"^(-?)(\d+)(?:\.(\d+))?(?:e([+-]?\d+))?$")
+
+
+def format_float(text: str, single: bool = False) -> str:
+    """Reformat a shortest round-trip float rendering the way Postgres 15 prints it."""
+    if text in ("inf", "Infinity"):
+        return "Infinity"
+    if text in ("-inf", "-Infinity"):
+        return "-Infinity"
+    if text in ("nan", "-nan", "NaN"):
+        return "NaN"
+    match = _FLOAT.match(text)
+    if match is None:
+        return text
+    sign, whole, frac, exp = match.group(1), match.group(2), match.group(3) or "", match.group(4)
+    digits = (whole + frac).lstrip("0")
+    if not digits:
+        return sign + "0"
+    # decimal exponent of the first significant digit
+    point = len(whole) + (int(exp) if exp else 0)
+    leading_zeros = len(whole + frac) - len((whole + frac).lstrip("0"))
+    exponent = point - leading_zeros - 1
+    digits = digits.rstrip("0")
+    limit = 6 if single else 15
+    if -4 <= exponent < limit:
+        if exponent < 0:
+            return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+        int_part = digits[: exponent + 1].ljust(exponent + 1, "0")
+        frac_part = digits[exponent + 1 :]
+        return f"{sign}{int_part}.{frac_part}" if frac_part else f"{sign}{int_part}"
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{sign}{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+
+
+def _float_column(array: pa.Array, single: bool) -> Encoded:
+    texts = pc.cast(array, pa.string()).to_pylist()
+    cache: dict[str, bytes] = {}
+    out: Encoded = []
+    for text in texts:
+        if text is None:
+            out.append(None)
+            continue
+        encoded = cache.get(text)
+        if encoded is None:
+            encoded = format_float(text, single).encode()
+            if len(cache) < 65536:
+                cache[text] = encoded
+        out.append(encoded)
+    return out
+
+
+def _strip_fraction(text: pa.Array) -> pa.Array:
+    """'03:04:05.120000' -> '03:04:05.12'; '03:04:05.000000' -> '03:04:05'."""
+    text = pc.replace_substring_regex(text, pattern=r"0+$", replacement="")
+    return pc.replace_substring_regex(text, pattern=r"\.$", replacement="")
+
+
+def _timestamp_column(array: pa.Array, tz: str) -> Encoded:
+    data_type = array.type
+    if data_type.unit != "us":
+        array = pc.cast(array, pa.timestamp("us", data_type.tz), safe=False)
+    if data_type.tz is None:
+        return _as_bytes(_strip_fraction(pc.cast(array, pa.string())))
+    zone = "UTC" if tz.upper() in ("UTC", "GMT", "Z", "ETC/UTC") else tz
+    try:
+        local = pc.cast(array, pa.timestamp("us", zone))
+        text = pc.strftime(local, format="%Y-%m-%d %H:%M:%S%z")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _encode_python(array, TIMESTAMPTZ, tz)
+    text = pc.replace_substring_regex(text, pattern=r"(\.\d*?)0+([+-]\d{4})$", replacement=r"\1\2")
+    text = pc.replace_substring_regex(text, pattern=r"\.([+-]\d{4})$", replacement=r"\1")
+    text = pc.replace_substring_regex(text, pattern=r"([+-]\d\d)00$", replacement=r"\1")
+    text = pc.replace_substring_regex(text, pattern=r"([+-]\d\d)(\d\d)$", replacement=r"\1:\2")
+    return _as_bytes(text)
+
+
+def _intervals(array: pa.Array) -> list[tuple[int, int, int] | None]:
+    values: list[tuple[int, int, int] | None] = []
+    for v in array:
+        if not v.is_valid:
+            values.append(None)
+        else:
+            mdn = v.value
+            values.append((mdn.months, mdn.days, mdn.nanoseconds))
+    return values
+
+
+def format_interval(months: int, days: int, nanoseconds: int) -> str:
+    """Postgres 'postgres' IntervalStyle: '1 year 2 mons 3 days 04:05:06.5'."""
+    parts: list[str] = []
+    years, mons = int(months / 12), months - int(months / 12) * 12
+    if years:
+        parts.append(f"{years} year{'s' if abs(years) != 1 else ''}")
+    if mons:
+        parts.append(f"{mons} mon{'s' if abs(mons) != 1 else ''}")
+    if days:
+        parts.append(f"{days} day{'s' if abs(days) != 1 else ''}")
+    micros = int(nanoseconds / 1000)
+    if micros or not parts:
+        negative = micros < 0
+        micros = abs(micros)
+        seconds, frac = divmod(micros, 1_000_000)
+        hours, rest = divmod(seconds, 3600)
+        minutes, secs = divmod(rest, 60)
+        clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+        if frac:
+            clock += f".{frac:06d}".rstrip("0")
+        sign = "-" if negative else ("+" if parts and any(p.startswith("-") for p in parts) else "")
+        parts.append(sign + clock)
+    return " ".join(parts)
+
+
+def _list_column(array: pa.Array, pg_type: PgType, tz: str) -> Encoded:
+    element_type = pg_type.element or TEXT
+    flat = array.flatten()
+    inner: Encoded = encode_text_column(flat, element_type, tz) if len(flat) else []
+    is_nested = pa.types.is_list(array.type.value_type) or pa.types.is_large_list(
+        array.type.value_type
+    )
+    offsets = array.offsets.to_pylist()
+    valid = array.is_valid().to_pylist()
+    out: Encoded = []
+    for i, ok in enumerate(valid):
+        if not ok:
+            out.append(None)
+            continue
+        items = inner[offsets[i] - offsets[0] : offsets[i + 1] - offsets[0]]
+        rendered = [
+            b"NULL" if item is None else (item if is_nested else _quote_array_item(item))
+            for item in items
+        ]
+        out.append(b"{" + b",".join(rendered) + b"}")
+    return out
+
+
+_NEEDS_QUOTES = re.compile(rb'[{},"\\\s]')
+
+
+def _quote_array_item(item: bytes) -> bytes:
+    if item == b"" or item.upper() == b"NULL" or _NEEDS_QUOTES.search(item):
+        return b'"' + item.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+    return item
+
+
+def _encode_python(array: pa.Array, pg_type: PgType, tz: str) -> Encoded:
+    return [None if v is None else format_value(v, pg_type, tz).encode() for v in array.to_pylist()]
+
+
+def format_value(value: Any, pg_type: PgType, tz: str = "UTC") -> str:
+    """Render one Python value in Postgres text format (slow path)."""
+    import datetime as dt
+
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, float):
+        return format_float(repr(value), pg_type.oid == FLOAT4.oid)
+    if isinstance(value, Decimal | int):
+        return str(value)
+    if isinstance(value, bytes):
+        return "\\x" + value.hex()
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            from zoneinfo import ZoneInfo
+
+            value = value.astimezone(ZoneInfo(tz))
+            offset = value.utcoffset() or dt.timedelta(0)
+            total = int(offset.total_seconds())
+            sign = "-" if total < 0 else "+"
+            hours, minutes = divmod(abs(total) // 60, 60)
+            zone = f"{sign}{hours:02d}" + (f":{minutes:02d}" if minutes else "")
+            return _format_naive(value.replace(tzinfo=None)) + zone
+        return _format_naive(value)
+    if isinstance(value, dt.timedelta):
+        return format_interval(
+            0, value.days, (value.seconds * 1_000_000 + value.microseconds) * 1000
+        )
+    if isinstance(value, list):
+        element = pg_type.element or TEXT
+        rendered = []
+        for item in value:
+            if item is None:
+                rendered.append("NULL")
+            elif isinstance(item, list):
+                rendered.append(format_value(item, pg_type, tz))
+            else:
+                rendered.append(
+                    _quote_array_item(format_value(item, element, tz).encode()).decode()
+                )
+        return "{" + ",".join(rendered) + "}"
+    if isinstance(value, dict):
+        import json
+
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _format_naive(value: Any) -> str:
+    text: str = value.strftime("%Y-%m-%d %H:%M:%S")
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    return text
+
+
+TextEncoder = Callable[[pa.Array, PgType, str], Encoded]

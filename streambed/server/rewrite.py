@@ -1,0 +1,485 @@
+"""Rewriting Postgres SQL for DuckDB, from a real Postgres parse tree (pglast), only when needed.
+
+A query is rewritten only when it touches something DuckDB does not have or answers
+differently: pg_catalog / information_schema relations and functions (served by
+`streambed.server.catalog`), Postgres-only syntax such as ``OPERATOR(pg_catalog.~)`` and
+``COLLATE pg_catalog.default``, reg* casts, and session functions (``version()``,
+``current_schema()``, ``current_user``) whose answers come from the session. Everything
+else goes to DuckDB as the client wrote it.
+
+`pg_column_names` computes the column names Postgres would give a SELECT's targets
+(``count(*)`` is ``count``, ``1::int`` is ``int4``, an expression is ``?column?``), so results
+are labelled like Postgres without touching the SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pglast import ast, enums
+from pglast.stream import RawStream
+
+from streambed.server import catalog
+from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
+from streambed.server.timetravel import TimeTravelError
+
+_USER_FUNCS = {
+    enums.SQLValueFunctionOp.SVFOP_CURRENT_USER,
+    enums.SQLValueFunctionOp.SVFOP_SESSION_USER,
+    enums.SQLValueFunctionOp.SVFOP_USER,
+    enums.SQLValueFunctionOp.SVFOP_CURRENT_ROLE,
+}
+_REGEX_OPS = {"~": (False, False), "!~": (True, False), "~*": (False, True), "!~*": (True, True)}
+_REG_TYPES = {
+    "regclass",
+    "regtype",
+    "regnamespace",
+    "regproc",
+    "regprocedure",
+    "regrole",
+    "regoper",
+}
+# Postgres type names DuckDB does not know, and what to use instead.
+_TYPE_MAP = {
+    "name": "varchar",
+    "oid": "bigint",
+    "xid": "bigint",
+    "cid": "bigint",
+    "char": "varchar",
+    "bpchar": "varchar",
+    "int2vector": "smallint[]",
+    "oidvector": "bigint[]",
+    "text": "varchar",
+    "regclass": "bigint",
+    "regtype": "bigint",
+    "regnamespace": "bigint",
+    "regproc": "bigint",
+    "regrole": "bigint",
+    "anyarray": "varchar",
+    "pg_node_tree": "varchar",
+    "aclitem": "varchar",
+}
+
+
+@dataclass(frozen=True)
+class SessionValues:
+    """Answers that depend on the session, substituted as constants."""
+
+    user: str
+    database: str
+    schema: str
+    search_path: tuple[str, ...]
+    version: str
+    # (function, "schema.table", value) -> (metadata location, snapshot id)
+    time_travel: Callable[[str, str, Any], tuple[str, int]] | None = None
+    params: tuple[Any, ...] = ()
+
+
+def _strings(names: Any) -> list[str]:
+    return [n.sval or "" for n in names or () if isinstance(n, ast.String)]
+
+
+def _is_catalog_range(node: ast.RangeVar) -> bool:
+    schema = node.schemaname
+    if schema == "pg_catalog":
+        return True
+    if schema == "information_schema":
+        return node.relname in catalog.INFORMATION_SCHEMA_RELATIONS
+    return schema is None and node.relname in catalog.CATALOG_RELATIONS
+
+
+def _walk(node: Any, visit: Callable[[Any], None]) -> None:
+    if isinstance(node, tuple | list):
+        for item in node:
+            _walk(item, visit)
+        return
+    if not isinstance(node, ast.Node):
+        return
+    visit(node)
+    for attr in node:
+        _walk(getattr(node, attr), visit)
+
+
+def needs_rewrite(stmt: ast.Node) -> bool:
+    """True when DuckDB would fail on `stmt` or answer it differently from Postgres."""
+    found = False
+
+    def visit(node: Any) -> None:
+        nonlocal found
+        if found:
+            return
+        if isinstance(node, ast.RangeVar):
+            found = _is_catalog_range(node)
+        elif isinstance(node, ast.FuncCall):
+            names = _strings(node.funcname)
+            found = (
+                (len(names) > 1 and names[0] in ("pg_catalog", "information_schema"))
+                or names[-1] in catalog.COMPAT_FUNCTIONS
+                or names[-1] in catalog.SESSION_FUNCTIONS
+            )
+        elif isinstance(node, ast.A_Expr):
+            names = _strings(node.name)
+            found = len(names) > 1 or (bool(names) and names[-1] in _REGEX_OPS)
+            found = found or _like_escape(node) is not None
+        elif isinstance(node, ast.CollateClause):
+            found = True
+        elif isinstance(node, ast.SQLValueFunction):
+            found = node.op in _USER_FUNCS or node.op in (
+                enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG,
+                enums.SQLValueFunctionOp.SVFOP_CURRENT_SCHEMA,
+            )
+        elif isinstance(node, ast.TypeName):
+            names = _strings(node.names)
+            found = names[-1] in _REG_TYPES or names[-1] in ("name", "oid", "char")
+        elif isinstance(node, ast.RangeFunction):
+            found = _time_travel_call(node) is not None
+        elif isinstance(node, ast.ColumnRef):
+            fields = node.fields or ()
+            found = (
+                len(fields) > 2
+                and isinstance(fields[0], ast.String)
+                and (fields[0].sval in ("pg_catalog", "information_schema"))
+            )
+
+    _walk(stmt, visit)
+    return found
+
+
+def _time_travel_call(node: ast.RangeFunction) -> ast.FuncCall | None:
+    for item in node.functions or ():
+        for part in item if isinstance(item, tuple) else (item,):
+            if isinstance(part, ast.FuncCall):
+                names = _strings(part.funcname)
+                if len(names) == 2 and names[0] == "streambed" and names[1] in TT_FUNCTIONS:
+                    return part
+    return None
+
+
+def _constant_value(node: Any, params: tuple[Any, ...]) -> Any:
+    if isinstance(node, ast.TypeCast):
+        return _constant_value(node.arg, params)
+    if isinstance(node, ast.ParamRef):
+        index = (node.number or 0) - 1
+        if not 0 <= index < len(params):
+            raise TimeTravelError(f"parameter ${node.number} has no value", "08P01")
+        return params[index]
+    if isinstance(node, ast.A_Const):
+        if node.isnull:
+            return None
+        value = node.val
+        for attr in ("sval", "ival", "fval"):
+            if hasattr(value, attr):
+                return getattr(value, attr)
+    raise TimeTravelError(
+        "streambed time-travel functions take constant arguments or $n parameters", "0A000"
+    )
+
+
+_LIKE_FUNCS = {"~~": "like_escape", "!~~": "not_like_escape", "~~*": "ilike_escape",
+               "!~~*": "not_ilike_escape"}  # fmt: skip
+
+
+def _like_escape(node: ast.A_Expr) -> ast.FuncCall | None:
+    """`x LIKE p ESCAPE e` parses as like_escape(p, e); DuckDB wants like_escape(x, p, e)."""
+    rexpr = node.rexpr
+    if not isinstance(rexpr, ast.FuncCall) or _strings(rexpr.funcname)[-1:] != ["like_escape"]:
+        return None
+    name = _LIKE_FUNCS.get((_strings(node.name) or [""])[-1])
+    if name is None:
+        return None
+    return _func(name, [node.lexpr, *(rexpr.args or ())], schema=None)
+
+
+def _const(value: str | int | None) -> ast.Node:
+    if value is None:
+        return ast.A_Const(isnull=True)
+    if isinstance(value, int):
+        return ast.A_Const(val=ast.Integer(ival=value))
+    return ast.A_Const(val=ast.String(sval=value))
+
+
+def _func(name: str, args: list[Any], schema: str | None = catalog.SCHEMA) -> ast.FuncCall:
+    names = (ast.String(sval=schema), ast.String(sval=name)) if schema else (ast.String(sval=name),)
+    return ast.FuncCall(funcname=names, args=tuple(args), funcformat=0)
+
+
+class _Rewriter:
+    def __init__(self, session: SessionValues) -> None:
+        self.session = session
+
+    def transform(self, node: Any) -> Any:
+        if isinstance(node, tuple):
+            return tuple(self.transform(item) for item in node)
+        if isinstance(node, list):
+            return [self.transform(item) for item in node]
+        if not isinstance(node, ast.Node):
+            return node
+        replaced = self.replace(node)
+        if replaced is not node:
+            return replaced
+        for attr in node:
+            value = getattr(node, attr)
+            if isinstance(value, ast.Node | tuple | list):
+                setattr(node, attr, self.transform(value))
+        return node
+
+    def replace(self, node: ast.Node) -> Any:
+        if isinstance(node, ast.RangeVar) and _is_catalog_range(node):
+            target = catalog.SCHEMA
+            if node.schemaname == "information_schema":
+                target = catalog.INFO_SCHEMA
+            node.schemaname = target
+            node.catalogname = None
+            return node
+        if isinstance(node, ast.ColumnRef):
+            fields = list(node.fields or ())
+            if (
+                len(fields) > 2
+                and isinstance(fields[0], ast.String)
+                and fields[0].sval in ("pg_catalog", "information_schema")
+            ):
+                schema = catalog.SCHEMA if fields[0].sval == "pg_catalog" else catalog.INFO_SCHEMA
+                fields[0] = ast.String(sval=schema)
+                node.fields = tuple(fields)
+            return node
+        if isinstance(node, ast.CollateClause):
+            return self.transform(node.arg)
+        if isinstance(node, ast.RangeFunction):
+            call = _time_travel_call(node)
+            if call is not None:
+                return self.replace_time_travel(node, call)
+            alias = node.alias
+            if alias is not None and not alias.colnames and len(node.functions or ()) == 1:
+                # Postgres: a scalar function in FROM aliased `s` is also its column `s`
+                alias.colnames = (ast.String(sval=alias.aliasname),)
+            node.functions = self.transform(node.functions)
+            return node
+        if isinstance(node, ast.SQLValueFunction):
+            op = node.op
+            if op in _USER_FUNCS:
+                return _const(self.session.user)
+            if op == enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG:
+                return _const(self.session.database)
+            if op == enums.SQLValueFunctionOp.SVFOP_CURRENT_SCHEMA:
+                return _const(self.session.schema)
+            return node
+        if isinstance(node, ast.FuncCall):
+            return self.replace_func(node)
+        if isinstance(node, ast.A_Expr):
+            names = _strings(node.name)
+            like = _like_escape(node)
+            if like is not None:
+                return self.transform(like)
+            if names and names[-1] in _REGEX_OPS:
+                negate, icase = _REGEX_OPS[names[-1]]
+                args = [self.transform(node.lexpr), self.transform(node.rexpr)]
+                if icase:
+                    args.append(_const("i"))
+                match: ast.Node = _func("regexp_matches", args, schema=None)
+                if negate:
+                    match = ast.BoolExpr(boolop=enums.BoolExprType.NOT_EXPR, args=(match,))
+                return match
+            if len(names) > 1:
+                node.name = (ast.String(sval=names[-1]),)
+            return node
+        if isinstance(node, ast.TypeCast):
+            return self.replace_cast(node)
+        return node
+
+    def replace_time_travel(self, node: ast.RangeFunction, call: ast.FuncCall) -> Any:
+        function = _strings(call.funcname)[1]
+        args = list(call.args or ())
+        if len(args) != 2:
+            raise TimeTravelError(
+                f"streambed.{function} takes two arguments: ('schema.table', value)", "42883"
+            )
+        table = _constant_value(args[0], self.session.params)
+        value = _constant_value(args[1], self.session.params)
+        if self.session.time_travel is None or not isinstance(table, str):
+            raise TimeTravelError(f"streambed.{function}: the first argument must be a table name")
+        location, snapshot_id = self.session.time_travel(function, table, value)
+        scan = ast.FuncCall(
+            funcname=(ast.String(sval="iceberg_scan"),),
+            args=(
+                _const(location),
+                ast.NamedArgExpr(name="snapshot_from_id", arg=_const(snapshot_id), argnumber=-1),
+            ),
+            funcformat=0,
+        )
+        node.functions = ((scan, None),)
+        if node.alias is None:
+            node.alias = ast.Alias(aliasname=table.rpartition(".")[2].strip('"'))
+        return node
+
+    def replace_func(self, node: ast.FuncCall) -> Any:
+        names = _strings(node.funcname)
+        name = names[-1]
+        args = list(self.transform(node.args or ()))
+        constant = self.session_function(name, args)
+        if constant is not None:
+            return constant
+        if name in ("json_build_object", "jsonb_build_object"):
+            pairs = [
+                ast.TypeCast(arg=a, typeName=ast.TypeName(names=(ast.String(sval="varchar"),)))
+                if i % 2 == 0
+                else a
+                for i, a in enumerate(args)
+            ]
+            return _func("json_object", pairs, schema=None)
+        if name in catalog.COMPAT_FUNCTIONS:
+            node.funcname = (ast.String(sval=catalog.SCHEMA), ast.String(sval=name))
+        elif len(names) > 1 and names[0] in ("pg_catalog", "information_schema"):
+            node.funcname = (ast.String(sval=name),)
+        node.args = tuple(args) if node.args is not None else None
+        for attr in ("agg_order", "agg_filter", "over"):
+            value = getattr(node, attr)
+            if value is not None:
+                setattr(node, attr, self.transform(value))
+        return node
+
+    def session_function(self, name: str, args: list[Any]) -> ast.Node | None:
+        session = self.session
+        if name == "version" and not args:
+            return _const(session.version)
+        if name in ("current_database", "current_catalog") and not args:
+            return _const(session.database)
+        if name == "current_schema" and not args:
+            return _const(session.schema)
+        if name in ("current_user", "session_user", "user") and not args:
+            return _const(session.user)
+        if name == "current_schemas":
+            items = tuple(_const(s) for s in session.search_path)
+            return ast.A_ArrayExpr(elements=items)
+        if name == "pg_backend_pid" and not args:
+            return _const(0)
+        return None
+
+    def replace_cast(self, node: ast.TypeCast) -> Any:
+        type_name = node.typeName
+        assert type_name is not None
+        names = _strings(type_name.names)
+        target = names[-1] if names else ""
+        inner = node.arg
+        if target in ("text", "varchar") and isinstance(inner, ast.TypeCast):
+            inner_names = _strings(inner.typeName.names if inner.typeName else ())
+            if inner_names and inner_names[-1] in _REG_TYPES:
+                return _func(f"{inner_names[-1]}_name", [self.transform(inner.arg)])
+        if target in _REG_TYPES:
+            return _func(f"{target}_oid", [self.transform(inner)])
+        node.arg = self.transform(inner)
+        mapped = _TYPE_MAP.get(target)
+        if mapped is not None:
+            is_array = mapped.endswith("[]") or bool(type_name.arrayBounds)
+            base = mapped.removesuffix("[]")
+            type_name = ast.TypeName(
+                names=(ast.String(sval=base),),
+                typemod=-1,
+                arrayBounds=(ast.Integer(ival=-1),) if is_array else None,
+            )
+        elif len(names) > 1 and names[0] == "pg_catalog":
+            type_name = ast.TypeName(
+                names=(ast.String(sval=target),),
+                typmods=type_name.typmods,
+                typemod=type_name.typemod,
+                arrayBounds=type_name.arrayBounds,
+            )
+        node.typeName = type_name
+        return node
+
+
+def rewrite(stmt: ast.Node, session: SessionValues) -> str:
+    """Rewrite one parsed statement for DuckDB and return its SQL text."""
+    rewritten = _Rewriter(session).transform(stmt)
+    text: str = RawStream()(rewritten)
+    return text
+
+
+# ---- column names ----------------------------------------------------------------------
+
+_TYPE_COLNAMES = {"int4": "int4", "int8": "int8", "int2": "int2", "bool": "bool"}
+
+
+def _figure_colname(node: Any) -> str | None:
+    """Postgres's FigureColname: the name of an unaliased target, or None for '?column?'."""
+    if isinstance(node, ast.ColumnRef):
+        last = (node.fields or ())[-1]
+        return last.sval if isinstance(last, ast.String) else None
+    if isinstance(node, ast.A_Indirection):
+        for item in reversed(node.indirection or ()):
+            if isinstance(item, ast.String):
+                return item.sval
+        return _figure_colname(node.arg)
+    if isinstance(node, ast.FuncCall):
+        return _strings(node.funcname)[-1]
+    if isinstance(node, ast.TypeCast):
+        inner = _figure_colname(node.arg)
+        if inner is not None:
+            return inner
+        names = _strings(node.typeName.names if node.typeName else ())
+        return names[-1] if names else None
+    if isinstance(node, ast.CaseExpr):
+        return "case"
+    if isinstance(node, ast.A_ArrayExpr):
+        return "array"
+    if isinstance(node, ast.CoalesceExpr):
+        return "coalesce"
+    if isinstance(node, ast.MinMaxExpr):
+        return "greatest" if node.op == enums.MinMaxOp.IS_GREATEST else "least"
+    if isinstance(node, ast.RowExpr):
+        return "row"
+    if isinstance(node, ast.GroupingFunc):
+        return "grouping"
+    if isinstance(node, ast.SQLValueFunction):
+        return str(node.op.name if node.op else "").removeprefix("SVFOP_").lower().rstrip("_n")
+    if isinstance(node, ast.SubLink):
+        kind = node.subLinkType
+        if kind == enums.SubLinkType.EXISTS_SUBLINK:
+            return "exists"
+        if kind == enums.SubLinkType.ARRAY_SUBLINK:
+            return "array"
+        if kind == enums.SubLinkType.EXPR_SUBLINK:
+            if node.subselect is None:
+                return None
+            sub_names = pg_column_names(node.subselect)
+            return sub_names[0] if sub_names else None
+    return None
+
+
+_STAR = object()
+
+
+def pg_column_names(stmt: ast.Node) -> list[str | None]:
+    """Postgres names for a SELECT's output columns, `None` where DuckDB's name stands.
+
+    A `*` target expands to an unknown number of columns; names before it count from the
+    front and names after it are returned as None (left to DuckDB, which names them alike).
+    """
+    select: ast.Node | None = stmt
+    while isinstance(select, ast.SelectStmt) and select.op != enums.SetOperation.SETOP_NONE:
+        select = select.larg
+    if not isinstance(select, ast.SelectStmt) or not select.targetList:
+        return []
+    names: list[str | None] = []
+    for target in select.targetList:
+        if not isinstance(target, ast.ResTarget):
+            names.append(None)
+            continue
+        if target.name is not None:
+            names.append(target.name)
+            continue
+        value = target.val
+        if isinstance(value, ast.ColumnRef) and isinstance((value.fields or ())[-1], ast.A_Star):
+            break
+        names.append(_figure_colname(value) or "?column?")
+    return names
+
+
+def rename_map(names: list[str | None], actual: list[str]) -> Mapping[int, str]:
+    """Positions whose DuckDB name differs from the Postgres name."""
+    return {
+        i: name
+        for i, name in enumerate(names[: len(actual)])
+        if name is not None and name != actual[i]
+    }

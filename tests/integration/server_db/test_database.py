@@ -1,0 +1,244 @@
+"""LakeDatabase against real Iceberg tables: SQL in, columns, type OIDs and rows out."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from streambed.server.database import LakeDatabase, QueryError
+
+from .conftest import FakeSnapshots, Lake, lines_rows, orders_rows
+
+D = decimal.Decimal
+TS = dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
+
+# (sql, params, expected [(column name, type oid)], expected rows, command tag)
+CASES: list[tuple[str, list[Any] | None, list[tuple[str, int]], list[tuple[Any, ...]], str]] = [
+    ("SELECT count(*) FROM orders", None, [("count", 20)], [(3,)], "SELECT 1"),
+    ("SELECT 1::int, 'x'::text, 1.5::numeric(4,2)", None,
+     [("int4", 23), ("text", 25), ("numeric", 1700)], [(1, "x", D("1.50"))], "SELECT 1"),
+    ("SELECT id, customer, amount, created_at FROM public.orders ORDER BY id", None,
+     [("id", 23), ("customer", 25), ("amount", 1700), ("created_at", 1184)],
+     [(1, "c1", D("1.50"), TS), (2, "c0", None, TS), (3, None, D("3.50"), TS)], "SELECT 3"),
+    ("SELECT o.id, sum(l.qty) AS total FROM orders o JOIN sales.order_lines l "
+     "ON l.order_id = o.id GROUP BY o.id ORDER BY o.id", None,
+     [("id", 23), ("total", 1700)], [(1, D(23)), (2, D(21))], "SELECT 2"),
+    ("SELECT id, row_number() OVER (ORDER BY id DESC) FROM orders ORDER BY id", None,
+     [("id", 23), ("row_number", 20)], [(1, 3), (2, 2), (3, 1)], "SELECT 3"),
+    ("SELECT * FROM orders WHERE id = $1", [2], [("id", 23), ("customer", 25), ("amount", 1700),
+     ("created_at", 1184)], [(2, "c0", None, TS)], "SELECT 1"),
+    ("SELECT name FROM sales.customers WHERE code = $1", ["a"], [("name", 25)], [("Alice",)],
+     "SELECT 1"),
+    ("SELECT [1, NULL]::INTEGER[] AS a, true AS b, DATE '2024-01-02' AS d", None,
+     [("a", 1007), ("b", 16), ("d", 1082)], [([1, None], True, dt.date(2024, 1, 2))], "SELECT 1"),
+    ("SELECT CASE WHEN true THEN 1 END, coalesce(NULL, 2), 1 + 1", None,
+     [("case", 23), ("coalesce", 23), ("?column?", 23)], [(1, 2, 2)], "SELECT 1"),
+    ("SELECT version() LIKE 'PostgreSQL 15.0 (streambed%'", None, [("?column?", 16)], [(True,)],
+     "SELECT 1"),
+    ("SELECT current_schema(), current_database(), current_user", None,
+     [("current_schema", 25), ("current_database", 25), ("current_user", 25)],
+     [("public", "streambed", "streambed")], "SELECT 1"),
+    ("SHOW TimeZone", None, [("timezone", 25)], [("UTC",)], "SHOW"),
+    ("SET application_name = 'psql'", None, [], [], "SET"),
+    ("BEGIN", None, [], [], "BEGIN"),
+    ("START TRANSACTION READ ONLY", None, [], [], "BEGIN"),
+    ("COMMIT", None, [], [], "COMMIT"),
+    ("ROLLBACK", None, [], [], "ROLLBACK"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "params", "columns", "rows", "tag"), CASES)
+def test_handler_table(
+    db: LakeDatabase,
+    sql: str,
+    params: list[Any] | None,
+    columns: list[tuple[str, int]],
+    rows: list[tuple[Any, ...]],
+    tag: str,
+) -> None:
+    result = db.session().execute(sql, params)
+    assert [(c.name, c.type_oid) for c in result.columns] == columns
+    assert result.rows() == rows
+    assert result.command_tag == tag
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate"),
+    [
+        ("SELEC 1", "42601"),
+        ("SELECT * FROM nope", "42P01"),
+        ("SELECT nope FROM orders", "42703"),
+        ("SELECT 'abc'::int", "22P02"),
+        ("SHOW no_such_setting", "42704"),
+    ],
+)
+def test_errors_carry_sqlstate(db: LakeDatabase, sql: str, sqlstate: str) -> None:
+    session = db.session()
+    with pytest.raises(QueryError) as info:
+        session.execute(sql).rows()
+    assert info.value.sqlstate == sqlstate
+    assert session.execute("SELECT 1").rows() == [(1,)]  # the session stays usable
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate"),
+    [
+        ("COPY orders TO '/tmp/x.csv'", "25006"),
+        ("ATTACH '/tmp/x.db' AS x", "42501"),
+        ("DETACH x", "42501"),
+        ("INSTALL httpfs", "42501"),
+        ("LOAD '/tmp/evil.duckdb_extension'", "25006"),
+        ("EXPORT DATABASE '/tmp/out'", "42501"),
+        ("IMPORT DATABASE '/tmp/out'", "42501"),
+        ("CREATE TABLE t (a int)", "25006"),
+        ("CREATE VIEW v AS SELECT 1", "25006"),
+        ("INSERT INTO orders VALUES (9)", "25006"),
+        ("UPDATE orders SET id = 1", "25006"),
+        ("DELETE FROM orders", "25006"),
+        ("DROP VIEW orders", "25006"),
+        ("ALTER TABLE orders ADD COLUMN x int", "25006"),
+        ("WITH d AS (DELETE FROM orders RETURNING *) SELECT * FROM d", "25006"),
+        ("SELECT * INTO t2 FROM orders", "25006"),
+        ("PRAGMA database_list", "42501"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "42501"),
+        ("SELECT * FROM read_parquet('/etc/x.parquet')", "42501"),
+        ("SELECT * FROM read_json('/etc/x.json')", "42501"),
+        ("SELECT * FROM '/etc/passwd'", "42501"),
+        ("SET enable_external_access = true", "42501"),
+        ("SET lock_configuration = false", "42501"),
+        ("SET memory_limit = '1TB'", "42501"),
+        ("SELECT getenv('HOME')", "42501"),
+    ],
+)
+def test_sandbox_refuses(db: LakeDatabase, sql: str, sqlstate: str) -> None:
+    session = db.session()
+    with pytest.raises(QueryError) as info:
+        session.execute(sql).rows()
+    assert info.value.sqlstate == sqlstate, info.value.message
+    assert session.execute("SELECT count(*) FROM orders").rows() == [(3,)]
+
+
+def test_transaction_statements_by_parse_not_substring(db: LakeDatabase) -> None:
+    session = db.session()
+    assert session.execute("SELECT 'BEGIN' AS b").rows() == [("BEGIN",)]
+    assert session.transaction_status == "I"
+    session.execute("begin  isolation level repeatable read")
+    assert session.transaction_status == "T"
+    with pytest.raises(QueryError):
+        session.execute("SELECT * FROM nope")
+    assert session.transaction_status == "E"
+    with pytest.raises(QueryError) as info:
+        session.execute("SELECT 1")
+    assert info.value.sqlstate == "25P02"
+    assert session.execute("COMMIT").command_tag == "ROLLBACK"
+    assert session.transaction_status == "I"
+
+
+def test_refresh_is_idempotent_and_consistent(
+    db: LakeDatabase, lake: Lake, snapshots: FakeSnapshots
+) -> None:
+    assert db.refresh() is False
+    reader = db.session()
+    reader.execute("BEGIN")
+    before = reader.execute(
+        "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sales.order_lines)"
+    ).rows()
+    assert before == [(3, 3)]
+    # one source transaction touching two tables, committed to the lake as one watermark
+    lake.append("public.orders", orders_rows([4]), lsn=0x200)
+    lake.append("sales.order_lines", lines_rows([(4, 1)]), lsn=0x200)
+    snapshots.current = lake.watermark()
+    assert db.refresh() is True
+    # the open transaction keeps its snapshot; a new query sees both tables moved together
+    assert reader.execute(
+        "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sales.order_lines)"
+    ).rows() == [(3, 3)]
+    reader.execute("COMMIT")
+    fresh = db.session().execute(
+        "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sales.order_lines)"
+    )
+    assert fresh.rows() == [(4, 4)]
+
+
+def test_refresh_under_concurrent_queries(
+    db: LakeDatabase, lake: Lake, snapshots: FakeSnapshots
+) -> None:
+    seen: set[tuple[int, int]] = set()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        session = db.session()
+        while not stop.is_set():
+            try:
+                row = session.execute(
+                    "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sales.order_lines)"
+                ).rows()[0]
+                seen.add((row[0], row[1]))
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for i in range(4, 8):
+        lake.append("public.orders", orders_rows([i]), lsn=0x100 + i)
+        lake.append("sales.order_lines", lines_rows([(i, 1)]), lsn=0x100 + i)
+        snapshots.current = lake.watermark()
+        db.refresh()
+        time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(a == b for a, b in seen), seen  # never half a transaction
+
+
+def test_statement_timeout_and_cancel(db: LakeDatabase) -> None:
+    session = db.session()
+    session.execute("SET statement_timeout = '200ms'")
+    assert session.execute("SHOW statement_timeout").rows() == [("200ms",)]
+    slow = "SELECT count(*) FROM range(100000000000) a"
+    with pytest.raises(QueryError) as info:
+        session.execute(slow).rows()
+    assert info.value.sqlstate == "57014"
+    assert "statement timeout" in info.value.message
+    session.execute("SET statement_timeout = 0")
+    threading.Timer(0.2, session.interrupt).start()
+    with pytest.raises(QueryError) as info:
+        session.execute(slow).rows()
+    assert info.value.sqlstate == "57014"
+    assert "user request" in info.value.message
+    assert session.execute("SELECT 1").rows() == [(1,)]
+
+
+def test_streams_batches_without_row_cap(db: LakeDatabase) -> None:
+    result = db.session().execute("SELECT i FROM range(300000) t(i)")
+    batches = list(result)
+    assert sum(b.num_rows for b in batches) == 300000
+    assert len(batches) > 1
+    assert result.command_tag == "SELECT 300000"
+
+
+def test_set_show_reset(db: LakeDatabase) -> None:
+    session = db.session()
+    session.execute("SET TimeZone TO 'Europe/Paris'")
+    assert session.timezone == "Europe/Paris"
+    assert session.execute("SHOW timezone").rows() == [("Europe/Paris",)]
+    session.execute("RESET TimeZone")
+    assert session.timezone == "UTC"
+    session.execute("SET search_path TO sales")
+    assert session.execute("SELECT count(*) FROM customers").rows() == [(2,)]
+    assert session.execute("SELECT current_schema()").rows() == [("sales",)]
+    for sql in ("SET extra_float_digits = 3", "SET client_encoding = 'UTF8'",
+                "SET DateStyle = 'ISO'", "SET standard_conforming_strings = on",
+                "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"):  # fmt: skip
+        assert session.execute(sql).command_tag == "SET"
+    with pytest.raises(QueryError):
+        session.execute("SET TimeZone = 'Mars/Base'")
