@@ -115,25 +115,28 @@ class Pipeline:
 
     def run(self, *, until: Callable[[], bool] | None = None) -> None:
         """Stream until stopped; reconnect with backoff when the source goes away."""
-        self.source.prepare()
-        backoff = Retrier()
+        retrier = Retrier()
+        prepared = False
         while not self._stop:
             try:
+                if not prepared:
+                    self.source.prepare()
+                    prepared = True
                 stream = self.source.open_stream()
             except SourceError as e:
-                if e.kind is not Kind.SOURCE_UNREACHABLE:
+                if not _transient(e, retrier.attempt):
                     raise
-                delay = backoff.next_delay()
+                delay = retrier.next_delay()
                 log(
                     logger,
-                    "source unreachable, retrying",
+                    "source not ready, retrying",
                     logging.WARNING,
                     error=str(e),
                     retry_in=f"{delay:.1f}s",
                 )
                 self._sleep(delay)
                 continue
-            backoff.reset()
+            retrier.reset()
             try:
                 self._stream(stream, until)
                 return
@@ -230,7 +233,7 @@ class Pipeline:
             self._wanted.discard(rel.relation_id)
             return
         key = self.source.table_key(rel)
-        if self._buffer.needs_flush_before(rel):
+        if self._buffer.needs_flush_before(rel, key):
             self.flush(stream)
         self._buffer.relation(rel, key)
         self._wanted.add(rel.relation_id)
@@ -253,8 +256,9 @@ class Pipeline:
         if not self._buffer.dirty:
             return
         end_lsn = self._buffer.last_end_lsn
-        deltas = self._buffer.drain()
-        commit_lsn = deltas[0].commit_lsn
+        commit_lsn = self._buffer.last_commit_lsn
+        deltas = self._buffer.drain()  # may be empty: changes that cancelled out
+        assert commit_lsn is not None
         locations: dict[tuple[str, str], str] = {}
         rows = 0
         for delta in deltas:  # 1 + 2: write Parquet, commit Iceberg with the frontier
@@ -264,8 +268,9 @@ class Pipeline:
         failpoint("after_commit_before_state")
         for (schema, name), location in locations.items():  # 3: state
             self.state.set_frontier(schema, name, commit_lsn, location)
-        every = {f"{s}.{n}": loc for (s, n), loc in self.sink.metadata_locations().items()}
-        self.state.record_watermark(commit_lsn, every)
+        if deltas:
+            every = {f"{s}.{n}": loc for (s, n), loc in self.sink.metadata_locations().items()}
+            self.state.record_watermark(commit_lsn, every)
         failpoint("after_state_before_ack")
         if stream is not None and end_lsn is not None:  # 4: acknowledge
             stream.ack(end_lsn)
@@ -297,3 +302,14 @@ class Pipeline:
         if key not in self._frontiers:
             self._frontiers[key] = self.sink.frontier(schema, name)
         return self._frontiers[key]
+
+
+# A slot stays "active" for a moment after the process that used it died (until its
+# walsender notices): retry that a limited number of times before asking an operator.
+SLOT_BUSY_ATTEMPTS = 12
+
+
+def _transient(error: SourceError, attempt: int) -> bool:
+    if error.kind is Kind.SOURCE_UNREACHABLE:
+        return True
+    return "is active for pid" in str(error) and attempt < SLOT_BUSY_ATTEMPTS

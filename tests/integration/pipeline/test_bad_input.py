@@ -1,0 +1,68 @@
+"""Bad sources and bad values: a clear message, a meaningful exit code, nothing acknowledged."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.postgres import PgDatabase
+from tests.integration.pipeline.conftest import Deployment
+from tests.integration.pipeline.harness import (
+    slot_confirmed,
+    slot_exists,
+    wait_lake_equals_source,
+    wait_until,
+)
+from tests.integration.pipeline.test_replication import execute
+
+pytestmark = pytest.mark.integration
+
+
+def test_wrong_password_exits_with_a_clear_message(local_deployment: Deployment) -> None:
+    d = local_deployment
+    bad_url = d.url.replace("@", "x@", 1) if ":" in d.url.split("@")[0] else d.url
+    password = d.url.split("@")[0].rsplit(":", 1)[1]
+    d.proc.start({"STREAMBED_SOURCE_URL": bad_url})
+    code = d.proc.wait(timeout=120)
+    logs = d.proc.logs()
+    assert code == 3, logs
+    assert "password" in logs.lower()
+    assert password not in logs and password + "x" not in logs
+
+
+def test_role_without_replication_is_told_what_to_run(
+    local_deployment: Deployment, pg_db: PgDatabase
+) -> None:
+    d = local_deployment
+    pg_db.server.create_role("plain_reader", "secret-pw")
+    d.proc.start({"STREAMBED_SOURCE_URL": pg_db.url_as("plain_reader", "secret-pw")})
+    code = d.proc.wait(timeout=120)
+    logs = d.proc.logs()
+    assert code == 3, logs
+    assert "WITH REPLICATION" in logs
+    assert "secret-pw" not in logs
+
+
+def test_unreachable_source_is_retried_until_stopped(local_deployment: Deployment) -> None:
+    d = local_deployment
+    d.proc.start({"STREAMBED_SOURCE_URL": "postgresql://u:pw@127.0.0.1:1/db"})
+    wait_until(lambda: "retrying" in d.proc.logs(), 60, "a retry", d.proc)
+    assert d.proc.running
+    assert d.proc.stop() == 0
+
+
+def test_a_value_the_lake_cannot_hold_stops_without_acknowledging(
+    local_deployment: Deployment,
+) -> None:
+    d = local_deployment
+    execute(d.url, "CREATE TABLE events (id int PRIMARY KEY, at timestamptz)")
+    d.proc.start()
+    wait_until(lambda: slot_exists(d.url), 120, "the replication slot", d.proc)
+    execute(d.url, "INSERT INTO events VALUES (1, now())")
+    wait_lake_equals_source(d.settings, d.url, ["public.events"], d.proc)
+    acked = slot_confirmed(d.url)
+    execute(d.url, "INSERT INTO events VALUES (2, 'infinity')")
+    code = d.proc.wait(timeout=120)
+    logs = d.proc.logs()
+    assert code == 3, logs
+    assert "events" in logs and "at" in logs and "infinity" in logs
+    assert slot_confirmed(d.url) == acked
