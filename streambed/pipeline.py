@@ -35,7 +35,7 @@ from streambed.lsn import format_lsn
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
 from streambed.replication.backoff import Retrier
-from streambed.replication.stream import Keepalive, XLogData
+from streambed.replication.stream import Batch
 
 logger = logging.getLogger("streambed.pipeline")
 
@@ -43,7 +43,7 @@ HEARTBEAT_PREFIX = "streambed_heartbeat"
 
 
 class Stream(Protocol):
-    def read(self, timeout: float) -> XLogData | Keepalive | None: ...
+    def read_batch(self, timeout: float, limit: int = 4096) -> Batch: ...
     def ack(self, lsn: int) -> None: ...
     def send_status(self, force: bool = False) -> object: ...
     def close(self) -> None: ...
@@ -159,20 +159,36 @@ class Pipeline:
     # ---- the loop -------------------------------------------------------------------
 
     def _stream(self, stream: Stream, until: Callable[[], bool] | None) -> None:
-        decoder = Decoder()
+        decode = Decoder().decode
         settings = self.settings
+        buffer = self._buffer
+        wanted = self._wanted
+        insert, update, delete = buffer.insert, buffer.update, buffer.delete
         while not self._stop and not (until is not None and until()):
             now = time.monotonic()
             timeout = max(0.0, min(0.5, self._last_flush + settings.flush_interval - now))
-            item = stream.read(timeout)
-            if type(item) is XLogData:
-                self._dispatch(decoder.decode(item.payload), stream)
-            elif type(item) is Keepalive and self._idle():
-                # Nothing buffered or open: every change before wal_end is durable or was
-                # not for us, so the slot may move on (and release the WAL it pins).
-                stream.ack(item.wal_end)
+            batch = stream.read_batch(timeout)
+            for payload in batch.payloads:
+                msg = decode(payload)
+                kind = type(msg)
+                # The three row messages are most of the stream: handle them inline.
+                if kind is m.Insert:
+                    if msg.relation_id in wanted:  # type: ignore[union-attr]
+                        insert(msg)  # type: ignore[arg-type]
+                elif kind is m.Update:
+                    if msg.relation_id in wanted:  # type: ignore[union-attr]
+                        update(msg)  # type: ignore[arg-type]
+                elif kind is m.Delete:
+                    if msg.relation_id in wanted:  # type: ignore[union-attr]
+                        delete(msg)  # type: ignore[arg-type]
+                else:
+                    self._dispatch(msg, stream)
+            if batch.keepalive_end and self._idle():
+                # Nothing buffered or open: every change before that WAL end is durable or
+                # was not for us, so the slot may move on (and release the WAL it pins).
+                stream.ack(batch.keepalive_end)
             now = time.monotonic()
-            if self._buffer.should_flush(
+            if buffer.should_flush(
                 now, settings.flush_rows, settings.flush_bytes, settings.flush_interval
             ):
                 self.flush(stream)

@@ -51,6 +51,12 @@ class Keepalive:
     reply_requested: bool
 
 
+@dataclass(frozen=True)
+class Batch:
+    payloads: list[bytes]  # pgoutput messages, in stream order
+    keepalive_end: int  # highest WAL end of the keepalives in this batch; 0 if none
+
+
 def pg_now() -> int:
     """The current time in microseconds since 2000-01-01 UTC."""
     return int((time.time() - _PG_EPOCH_OFFSET) * 1_000_000)
@@ -188,6 +194,68 @@ class ReplicationStream:
                     self._pgconn.consume_input()
                 except psycopg.OperationalError as e:
                     raise self._lost(str(e)) from e
+
+    def read_batch(self, timeout: float, limit: int = 4096) -> Batch:
+        """Every message already received (up to `limit`), else wait up to `timeout` for some.
+
+        The hot path of the pipeline: XLogData payloads come back as bytes, in order, without
+        a per-message object; keepalives are answered here and reported as the highest WAL
+        end seen, which the caller may acknowledge once everything before it is durable.
+        """
+        payloads: list[bytes] = []
+        keepalive_end = 0
+        last_data: bytes | memoryview = b""
+        pgconn = self._pgconn
+        deadline = time.monotonic() + timeout
+        polled = refilled = False
+        while len(payloads) < limit:
+            try:
+                nbytes, data = pgconn.get_copy_data(1)
+            except psycopg.OperationalError as e:
+                raise self._lost(str(e)) from e
+            if nbytes > 0:
+                kind = data[0]
+                if kind == 0x77 and nbytes >= _XLOG_HEADER.size:  # 'w'
+                    last_data = data
+                    payloads.append(bytes(data[_XLOG_HEADER.size :]))
+                    refilled = False
+                    continue
+                message = parse_copy_message(bytes(data))
+                assert isinstance(message, Keepalive)
+                keepalive_end = max(keepalive_end, message.wal_end)
+                if message.reply_requested:
+                    self.send_status(force=True)
+                continue
+            if nbytes < 0:
+                self._next_available()  # raises with the source's reason
+            if payloads or keepalive_end:
+                if refilled:
+                    break
+                refilled = True  # read what the socket already holds, without waiting
+                try:
+                    pgconn.consume_input()
+                except psycopg.OperationalError as e:
+                    raise self._lost(str(e)) from e
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and polled:
+                break
+            polled = True
+            self.send_status()
+            try:
+                readable = select.select([pgconn.socket], [], [], max(0.0, remaining))[0]
+            except (OSError, ValueError, psycopg.OperationalError) as e:
+                raise self._lost(str(e)) from e
+            if readable:
+                try:
+                    pgconn.consume_input()
+                except psycopg.OperationalError as e:
+                    raise self._lost(str(e)) from e
+        if last_data:
+            wal_end = _XLOG_HEADER.unpack_from(last_data)[2]
+            self._last_wal_end = max(self._last_wal_end, wal_end)
+        self._last_wal_end = max(self._last_wal_end, keepalive_end)
+        return Batch(payloads, keepalive_end)
 
     def _next_available(self) -> XLogData | Keepalive | None:
         if self._closed:

@@ -1,0 +1,147 @@
+"""End-to-end change throughput of streambed vs. the source's own limit.
+
+    .venv/bin/python bench/cdc_throughput.py [--rows 1000000] [--txn-rows 10000]
+                                             [--updates 100000]
+
+A throwaway Postgres 15 gets two logical slots on the same publication, created before any
+data is written, so both see exactly the same WAL. Then:
+
+1. inserts: `--rows` rows in transactions of `--txn-rows` rows;
+2. updates: `--updates` rows spread evenly over the whole table (every k-th key), in
+   transactions of `--txn-rows` rows, so every data file of the lake must be merged.
+
+For each phase the same stream is drained twice: by `pg_recvlogical` (pgoutput, protocol 2)
+to /dev/null — the limit: what it costs the source to decode and ship the changes — and by
+streambed's pipeline in this process (decode, buffer, merge, Parquet, Iceberg commit, state,
+acknowledge), until every change is committed to the lake. It prints changes/s for both and
+the ratio. The Spark session for merges is started before the update phase is timed (a
+running streambed has it warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from streambed.app import build_pipeline  # noqa: E402
+from streambed.config import Settings  # noqa: E402
+from streambed.log import setup  # noqa: E402
+from tests.fixtures.postgres import ThrowawayPostgres  # noqa: E402
+
+SLOT_LIMIT = "bench_limit"
+
+
+def drain_with_pg_recvlogical(pg: ThrowawayPostgres, url: str, end_lsn: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            str(pg.bin_dir / "pg_recvlogical"),
+            "--dbname",
+            url,
+            "--slot",
+            SLOT_LIMIT,
+            "--start",
+            "--endpos",
+            end_lsn,
+            "--no-loop",
+            "-o",
+            "proto_version=2",
+            "-o",
+            "publication_names=streambed",
+            "-f",
+            "/dev/null",
+        ],
+        check=True,
+    )
+    return time.perf_counter() - started
+
+
+def drain_with_streambed(settings: Settings, changes: int) -> float:
+    runtime = build_pipeline(settings)
+    pipeline = runtime.pipeline
+    try:
+        started = time.perf_counter()
+        pipeline.run(until=lambda: pipeline.stats.rows >= changes)
+        return time.perf_counter() - started
+    finally:
+        runtime.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--txn-rows", type=int, default=10_000)
+    parser.add_argument("--updates", type=int, default=100_000)
+    args = parser.parse_args()
+    setup("warning")
+    with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory() as data_dir:
+        url = pg.url()
+        pg.psql(
+            "CREATE TABLE bench_rows (id bigint PRIMARY KEY, name text, "
+            "amount numeric(12,2), at timestamptz)"
+        )
+        pg.psql("CREATE PUBLICATION streambed FOR ALL TABLES")
+        pg.psql("SELECT pg_create_logical_replication_slot('streambed', 'pgoutput')")
+        settings = Settings.from_env(
+            {
+                "STREAMBED_SOURCE_URL": url,
+                "STREAMBED_DATA_DIR": data_dir,
+                "STREAMBED_QUERY_LISTEN": "",
+                "STREAMBED_HEARTBEAT_INTERVAL": "0",
+            }
+        )
+        results = []
+
+        # ---- phase 1: inserts ----
+        pg.psql(f"SELECT pg_create_logical_replication_slot('{SLOT_LIMIT}', 'pgoutput')")
+        for start in range(1, args.rows + 1, args.txn_rows):
+            stop = min(start + args.txn_rows - 1, args.rows)
+            pg.psql(
+                "INSERT INTO bench_rows SELECT g, 'name ' || g, g * 0.01, now() "
+                f"FROM generate_series({start}, {stop}) g"
+            )
+        end = pg.psql("SELECT pg_current_wal_lsn()::text")[0][0]
+        limit = drain_with_pg_recvlogical(pg, url, end)
+        ours = drain_with_streambed(settings, args.rows)
+        results.append(("inserts", args.rows, limit, ours))
+
+        # ---- phase 2: updates spread over the table ----
+        pg.psql(f"SELECT pg_drop_replication_slot('{SLOT_LIMIT}')")
+        pg.psql(f"SELECT pg_create_logical_replication_slot('{SLOT_LIMIT}', 'pgoutput')")
+        step = max(1, args.rows // args.updates)
+        per_txn = args.txn_rows * step
+        for low in range(1, args.rows + 1, per_txn):
+            pg.psql(
+                "UPDATE bench_rows SET amount = amount + 1, name = 'updated' "
+                f"WHERE id BETWEEN {low} AND {low + per_txn - 1} AND id % {step} = 0"
+            )
+        updated = pg.psql(
+            f"SELECT count(*) FROM bench_rows WHERE id % {step} = 0 AND name = 'updated'"
+        )[0][0]
+        end = pg.psql("SELECT pg_current_wal_lsn()::text")[0][0]
+        limit = drain_with_pg_recvlogical(pg, url, end)
+        from streambed.merge.spark_session import get_spark, stop_spark
+
+        get_spark(settings.spark_master)  # warm, as in a running streambed
+        # each update counts as a removed key plus a new row in the pipeline's statistics
+        ours = drain_with_streambed(settings, 2 * updated)
+        stop_spark()
+        results.append((f"updates over {args.rows:,} rows", updated, limit, ours))
+
+    print(f"{'phase':32} {'changes':>10} {'pg_recvlogical':>16} {'streambed':>14} {'ratio':>6}")
+    for phase, changes, limit, ours in results:
+        print(
+            f"{phase:32} {changes:>10,} {changes / limit:>12,.0f}/s {changes / ours:>10,.0f}/s "
+            f"{limit / ours:>6.2f}"
+        )
+    print("ratio = streambed changes/s divided by pg_recvlogical changes/s (target >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
