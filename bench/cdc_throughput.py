@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streambed.app import build_pipeline  # noqa: E402
-from streambed.config import Settings  # noqa: E402
-from streambed.log import setup  # noqa: E402
-from tests.fixtures.postgres import ThrowawayPostgres  # noqa: E402
+from streambed.app import build_pipeline
+from streambed.config import Settings
+from streambed.log import setup
+from tests.fixtures.postgres import ThrowawayPostgres
 
 SLOT_LIMIT = "bench_limit"
 
