@@ -15,6 +15,7 @@ from typing import Any
 
 from streambed.config import Settings
 from streambed.lake.catalog import open_catalog
+from streambed.lake.source_catalog import PostgresCatalog
 from streambed.lsn import format_lsn
 from streambed.pipeline import Pipeline
 from streambed.sink import IcebergSink
@@ -52,7 +53,12 @@ def build_pipeline(settings: Settings, on_commit: Callable[[int], None] | None =
     """Open state and lake, reconcile them (Iceberg wins), and build the pipeline."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     state = StateStore(settings.state_path)
-    sink = IcebergSink(open_catalog(settings), _merger(settings))
+    sink = IcebergSink(
+        open_catalog(settings),
+        _merger(settings),
+        source=PostgresCatalog(settings.source_url),
+        on_incompatible="rewrite" if settings.on_incompatible_schema == "rewrite" else "stop",
+    )
     tables = state.tables()
     sink.load((t.schema, t.name) for t in tables)
     locations = sink.metadata_locations()

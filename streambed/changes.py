@@ -51,6 +51,15 @@ class TableDelta:
     truncated: bool
     removed_keys: tuple[tuple[TupleValue, ...], ...]
     rows: tuple[tuple[TupleValue, ...], ...]
+    moved: tuple[tuple[tuple[TupleValue, ...], tuple[TupleValue, ...]], ...] = ()
+    """(new key, old key) pairs: the row now at `new key` has UNCHANGED values that must be
+    taken from the lake row at `old key` (an UPDATE changed the key and left a TOAST value
+    untouched). `old key` is always in `removed_keys`. Rows not listed here take UNCHANGED
+    values from the lake row with their own key."""
+    final: bool = True
+    """False for a part of a large committed transaction: the lake must write it but not
+    commit it; more parts follow, and the table's next final delta commits them all in one
+    snapshot (see `streambed.buffer.ChangeBuffer`, "Large transactions")."""
 
     @property
     def schema_name(self) -> str:
@@ -63,3 +72,7 @@ class TableDelta:
     @property
     def append_only(self) -> bool:
         return not self.truncated and not self.removed_keys
+
+    @property
+    def empty(self) -> bool:
+        return not self.truncated and not self.removed_keys and not self.rows

@@ -116,8 +116,17 @@ class Settings:
     )
     txn_memory_bytes: int = _setting(
         "STREAMBED_TXN_MEMORY_BYTES",
-        "Memory for one uncommitted (streamed) transaction before it spills to disk.",
+        "Memory for staged streamed transactions before they spill to disk; also the size of "
+        "the parts a large committed transaction is written in (see docs/benchmarks.md).",
         64 * 1024 * 1024,
+    )
+    on_incompatible_schema: str = _setting(
+        "STREAMBED_ON_INCOMPATIBLE_SCHEMA",
+        "What to do when a source column changes type in a way Iceberg cannot follow in place "
+        "(anything but int→bigint, real→double, a wider numeric precision): stop (exit with a "
+        "message naming the column) or rewrite (rewrite the lake table, converting each "
+        "stored value through its Postgres text form).",
+        "stop",
     )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
@@ -244,6 +253,11 @@ class Settings:
             out.append("STREAMBED_HEARTBEAT_INTERVAL must be 0 (off) or a positive number")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             out.append(f"STREAMBED_LOG_LEVEL={self.log_level!r}: use debug, info, warning or error")
+        if self.on_incompatible_schema not in ("stop", "rewrite"):
+            out.append(
+                f"STREAMBED_ON_INCOMPATIBLE_SCHEMA={self.on_incompatible_schema!r}: "
+                "use stop or rewrite"
+            )
         if self.log_format not in ("text", "json"):
             out.append(f"STREAMBED_LOG_FORMAT={self.log_format!r}: use text or json")
         if self.catalog_uri and urlsplit(self.catalog_uri).scheme not in (

@@ -311,7 +311,12 @@ class Pipeline:
 
     def _new_buffer(self) -> ChangeBuffer:
         self._wanted: set[int] = set()
-        return ChangeBuffer(self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier)
+        # A sink that can stage parts of a large transaction bounds its memory (see
+        # streambed.buffer); others get every committed transaction whole.
+        stage = getattr(self.sink, "stage", None)
+        return ChangeBuffer(
+            self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier, stage
+        )
 
     def _frontier(self, schema: str, name: str) -> int | None:
         key = (schema, name)

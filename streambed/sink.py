@@ -4,42 +4,83 @@ A delta of new keys only is an append: Parquet is written straight from Arrow. A
 that removes rows is planned with `plan_merge` (only files whose key bounds can hold a
 removed key are touched) and, when files must be rewritten, carried out on Spark. The
 Iceberg commit records the delta's commit LSN as the table's frontier.
+
+Before the first delta of a new table layout, the lake table is made to match it:
+created, re-created when the source table was dropped and created again under the same
+name (another relation id), or evolved (`streambed.lake.evolve`). Domain columns are
+stored as their base type.
+
+Parts of a large transaction (`TableDelta.final` False, from `stage`) are written but not
+committed: the sink keeps, per table, the lake files they replaced and the files they
+wrote, plans later parts against that pending view, and commits everything in one
+snapshot with the table's final delta.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.table import Table
 
-from streambed.changes import TableDelta
+from streambed.changes import TableDelta, TableKey
 from streambed.errors import Kind, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, frontier
-from streambed.lake.convert import keys_to_arrow, rows_to_arrow
-from streambed.lake.files import data_files, write_parquet
-from streambed.lake.tables import arrow_schema, ensure_table, key_columns
+from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
+from streambed.lake.evolve import OnIncompatible, evolve_table
+from streambed.lake.files import FileInfo, data_files, file_info, write_parquet
+from streambed.lake.source_catalog import SourceCatalog
+from streambed.lake.storage import resolve
+from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, key_columns
+from streambed.lake.types import with_base_types
 from streambed.merge.executor import SparkMerger
 from streambed.merge.plan import plan_merge
-from streambed.pgoutput.messages import Relation
+from streambed.pgoutput.messages import Relation, TupleValue
 
 logger = logging.getLogger("streambed.sink")
 
 
-class IcebergSink:
-    """The lake side of the pipeline. `merger` is created on first need (Spark starts slowly)."""
+@dataclass
+class _Pending:
+    """Files of a large transaction's parts, not committed yet."""
 
-    def __init__(self, catalog: Catalog, merger: Callable[[], SparkMerger]) -> None:
+    removed: set[str] = field(default_factory=set)  # committed lake files replaced
+    added: list[str] = field(default_factory=list)  # files the parts wrote, still live
+    infos: dict[str, FileInfo] = field(default_factory=dict)
+
+
+class IcebergSink:
+    """The lake side of the pipeline. `merger` is created on first need (Spark starts slowly).
+
+    `source` (optional) reads the source catalog: domain base types, column attnums (so
+    renames stay renames) and fast defaults of added columns. `on_incompatible` is
+    STREAMBED_ON_INCOMPATIBLE_SCHEMA.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        merger: Callable[[], SparkMerger],
+        source: SourceCatalog | None = None,
+        on_incompatible: OnIncompatible = "stop",
+    ) -> None:
         self.catalog = catalog
+        self.source = source
+        self.on_incompatible = on_incompatible
         self._merger_factory = merger
         self._merger: SparkMerger | None = None
         self._tables: dict[tuple[str, str], Table] = {}
-        self._relations: dict[tuple[str, str], Relation] = {}
+        self._layouts: dict[tuple[str, str], tuple[Relation, TableKey]] = {}
+        self._resolved: dict[Relation, Relation] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
 
     def load(self, names: Iterable[tuple[str, str]]) -> None:
         """Open existing lake tables, so watermarks list them before their first change."""
@@ -55,43 +96,25 @@ class IcebergSink:
     def metadata_locations(self) -> Mapping[tuple[str, str], str]:
         return {name: table.metadata_location for name, table in self._tables.items()}
 
+    def stage(self, delta: TableDelta) -> None:
+        """Write a part of a large transaction without committing it (`TableDelta.final`)."""
+        relation = self._resolve(delta.relation)
+        name = (relation.namespace, relation.name)
+        table = self._table(relation, delta.key)
+        pending = self._pending.setdefault(name, _Pending())
+        removed, added = self._write(table, relation, delta, pending)
+        self._settle(table, pending, removed, added)
+        logger.debug("staged part of %s: %d files pending", _qualified(delta), len(pending.added))
+
     def apply(self, delta: TableDelta) -> str:
-        table = self._table(delta)
-        schema = arrow_schema(table)
-        converted = rows_to_arrow(delta.relation, delta.rows, schema)
-        removed: list[str] = []
-        if delta.append_only:
-            if converted.unchanged:
-                raise StreambedError(
-                    f"{_qualified(delta)}: an unchanged TOAST value arrived for a new row",
-                    kind=Kind.INTERNAL,
-                )
-            added = write_parquet(table, converted.table)
-        else:
-            keys = keys_to_arrow(delta.relation, delta.key, delta.removed_keys, schema)
-            plan = plan_merge(data_files(table), _tuples(keys), truncated=delta.truncated)
-            logger.debug("merge plan for %s: %s", _qualified(delta), plan.describe())
-            removed = [f.path for f in (*plan.rewrite, *plan.drop)]
-            if plan.rewrite:
-                added = self.merger.execute(
-                    plan,
-                    rows=converted.table,
-                    removed_keys=keys,
-                    unchanged=converted.unchanged,
-                    key_columns=key_columns(table),
-                    full_row=delta.key.full_row,
-                    arrow_schema=schema,
-                    output_dir=f"{table.location()}/data",
-                )
-            elif converted.unchanged and not delta.truncated:
-                raise StreambedError(
-                    f"{_qualified(delta)}: an update left a large value unchanged, but the "
-                    "row it belongs to is not in the lake; the lake is missing rows: "
-                    "resync this table",
-                    kind=Kind.STATE,
-                )
-            else:
-                added = write_parquet(table, converted.table)
+        relation = self._resolve(delta.relation)
+        name = (relation.namespace, relation.name)
+        table = self._table(relation, delta.key)
+        pending = self._pending.pop(name, None)
+        removed, added = self._write(table, relation, delta, pending)
+        if pending is not None:
+            self._settle(table, pending, removed, added)
+            removed, added = sorted(pending.removed), list(pending.added)
         failpoint("after_parquet_write")
         location = commit(table, removed=removed, added=added, lsn=delta.commit_lsn)
         failpoint("after_table_commit")
@@ -103,18 +126,149 @@ class IcebergSink:
             self._merger = self._merger_factory()
         return self._merger
 
-    def _table(self, delta: TableDelta) -> Table:
-        name = (delta.schema_name, delta.table_name)
-        if self._relations.get(name) != delta.relation or name not in self._tables:
-            self._tables[name] = ensure_table(self.catalog, delta.relation, delta.key)
-            self._relations[name] = delta.relation
-        return self._tables[name]
+    # ---- writing ----------------------------------------------------------------------
+
+    def _write(
+        self, table: Table, relation: Relation, delta: TableDelta, pending: _Pending | None
+    ) -> tuple[list[str], list[str]]:
+        """Write the delta's files; returns (files it replaces, files it wrote)."""
+        schema = arrow_schema(table)
+        converted = rows_to_arrow(relation, delta.rows, schema)
+        if delta.append_only:
+            if converted.unchanged:
+                raise StreambedError(
+                    f"{_qualified(delta)}: an unchanged TOAST value arrived for a new row",
+                    kind=Kind.INTERNAL,
+                )
+            return [], write_parquet(table, converted.table)
+        keys = keys_to_arrow(relation, delta.key, delta.removed_keys, schema)
+        plan = plan_merge(self._files(table, pending), _tuples(keys), truncated=delta.truncated)
+        logger.debug("merge plan for %s: %s", _qualified(delta), plan.describe())
+        removed = [f.path for f in (*plan.rewrite, *plan.drop)]
+        if plan.rewrite:
+            added = self.merger.execute(
+                plan,
+                rows=converted.table,
+                removed_keys=keys,
+                unchanged=converted.unchanged,
+                key_columns=key_columns(table),
+                full_row=delta.key.full_row,
+                arrow_schema=schema,
+                output_dir=f"{table.location()}/data",
+                lookup_keys=_lookup_keys(relation, delta, schema) if delta.moved else None,
+            )
+        elif converted.unchanged and not delta.truncated:
+            raise StreambedError(
+                f"{_qualified(delta)}: an update left a large value unchanged, but the "
+                "row it belongs to is not in the lake; the lake is missing rows: "
+                "resync this table",
+                kind=Kind.STATE,
+            )
+        else:
+            added = write_parquet(table, converted.table)
+        return removed, added
+
+    def _files(self, table: Table, pending: _Pending | None) -> list[FileInfo]:
+        files = data_files(table)
+        if pending is None:
+            return files
+        live = [f for f in files if f.path not in pending.removed]
+        return live + [pending.infos[p] for p in pending.added]
+
+    def _settle(
+        self, table: Table, pending: _Pending, removed: Sequence[str], added: Sequence[str]
+    ) -> None:
+        """Record a written part: lake files it replaced, part files it superseded."""
+        for path in removed:
+            if path in pending.infos:
+                pending.added.remove(path)
+                del pending.infos[path]
+                _delete_quietly(path, table.io.properties)  # never committed: nobody reads it
+            else:
+                pending.removed.add(path)
+        for path in added:
+            pending.added.append(path)
+            pending.infos[path] = file_info(
+                table, parquet_file_to_data_file(table.io, table.metadata, path)
+            )
+
+    # ---- table layout -------------------------------------------------------------------
+
+    def _resolve(self, relation: Relation) -> Relation:
+        """The relation with domains replaced by their base types."""
+        resolved = self._resolved.get(relation)
+        if resolved is None:
+            resolved = relation
+            if self.source is not None:
+                bases = self.source.base_types([c.type_oid for c in relation.columns])
+                resolved = with_base_types(relation, bases)
+            if len(self._resolved) > 1000:
+                self._resolved.clear()
+            self._resolved[relation] = resolved
+        return resolved
+
+    def _table(self, relation: Relation, key: TableKey) -> Table:
+        name = (relation.namespace, relation.name)
+        if self._layouts.get(name) == (relation, key) and name in self._tables:
+            return self._tables[name]
+        table = self._existing(name)
+        if table is not None:
+            known = table.properties.get(PROP_RELATION_ID)
+            if known is not None and known != str(relation.relation_id):
+                logger.info(
+                    "source table re-created, starting its lake table fresh table=%s.%s "
+                    "old_relation_id=%s relation_id=%d",
+                    *name,
+                    known,
+                    relation.relation_id,
+                )
+                self.catalog.drop_table(name)
+                self._pending.pop(name, None)
+                table = None
+        if table is None:
+            table = ensure_table(self.catalog, relation, key)
+            if self.source is not None:
+                table = evolve_table(
+                    table,
+                    relation,
+                    key,
+                    self.source.columns(relation.relation_id),
+                    self.on_incompatible,
+                )
+        else:
+            if name in self._pending:
+                raise StreambedError(
+                    f"{name[0]}.{name[1]} changed layout between parts of one transaction",
+                    kind=Kind.INTERNAL,
+                )
+            columns = None if self.source is None else self.source.columns(relation.relation_id)
+            table = evolve_table(table, relation, key, columns, self.on_incompatible)
+        self._tables[name] = table
+        self._layouts[name] = (relation, key)
+        return table
 
     def _existing(self, name: tuple[str, str]) -> Table | None:
         try:
             return self.catalog.load_table(name)
         except NoSuchTableError:
             return None
+
+
+def _lookup_keys(relation: Relation, delta: TableDelta, schema: pa.Schema) -> pa.Table:
+    """Per row of the delta: the key of the lake row its unchanged values come from."""
+    moved = dict(delta.moved)
+    indexes = key_indexes(relation, delta.key)
+    keys: list[tuple[TupleValue, ...]] = []
+    for row in delta.rows:
+        own = tuple(row[i] for i in indexes)
+        keys.append(moved.get(own, own))
+    return keys_to_arrow(relation, delta.key, keys, schema)
+
+
+def _delete_quietly(path: str, properties: dict[str, str]) -> None:
+    with contextlib.suppress(OSError):
+        fs, fs_path = resolve(path, properties)
+        fs.delete_file(fs_path)
 
 
 def _tuples(keys: pa.Table) -> list[tuple[Any, ...]]:

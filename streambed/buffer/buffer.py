@@ -10,6 +10,19 @@ nothing from that transaction, and a commit at or before the last commit this bu
 already took (the source re-sent it after a reconnect) is skipped as a whole.
 
 No network I/O; the only files are the spill files in `spill_dir`.
+
+Large transactions. With a `stage` callback, a committed streamed transaction is not
+moved into memory whole: while it is replayed from its spill file, every table whose
+buffer grows past `txn_memory_bytes` hands its collapsed changes over as a part
+(`TableDelta(final=False)`) to `stage`, which writes them as data files without committing.
+The table's next delta from `drain` is final and commits every part in one snapshot at
+its commit LSN, so no reader ever sees part of a transaction. Collapsing per key still
+works across parts: a key changed again in a later part was handed over already, so it
+is a *removed key* of the later part and the lake side removes it from the files the
+earlier parts wrote (a merge of those files). Limits: a part of keyed changes that
+touch earlier parts rewrites those files (Spark), so a transaction that updates the same
+rows over and over costs one merge per part; the files of parts stay on storage until
+commit (orphans if the process dies; maintenance removes them).
 """
 
 from __future__ import annotations
@@ -26,6 +39,9 @@ from streambed.pgoutput.messages import Delete, Insert, Relation, Truncate, Upda
 
 Frontier = Callable[[str, str], int | None]
 """frontier(schema, table): the LSN already durable in the lake for that table, or None."""
+
+Stage = Callable[[TableDelta], None]
+"""stage(part): write a part of a large committed transaction (`TableDelta.final` False)."""
 
 _TRUNCATE_BYTES = 64
 
@@ -52,7 +68,14 @@ class ChangeBuffer:
     ones. `drain()` hands over every dirty table at the same commit LSN.
     """
 
-    def __init__(self, spill_dir: Path, txn_memory_bytes: int, frontier: Frontier) -> None:
+    def __init__(
+        self,
+        spill_dir: Path,
+        txn_memory_bytes: int,
+        frontier: Frontier,
+        stage: Stage | None = None,
+    ) -> None:
+        self._stage_part = stage
         self._spill_dir = spill_dir
         self._txn_memory_bytes = txn_memory_bytes
         self._frontier = frontier
@@ -271,6 +294,8 @@ class ChangeBuffer:
                             table = targets[rid] = self._target(rid, commit_lsn)
                         if table is not None:
                             self._apply(rid, table, ops)
+                            if table.bytes > self._txn_memory_bytes:
+                                self._hand_over(table, commit_lsn)
                 self._last_commit_lsn = commit_lsn
                 self._last_end_lsn = end_lsn
         finally:
@@ -335,6 +360,16 @@ class ChangeBuffer:
         self._pending_rows += entries
         self._pending_bytes += size
         self._dirty[rid] = table
+
+    def _hand_over(self, table: TableBuffer, commit_lsn: int) -> None:
+        """Give a part of a large committed transaction to `stage` (see the module doc)."""
+        if self._stage_part is None:
+            return
+        self._pending_rows -= table.entries
+        self._pending_bytes -= table.bytes
+        part = table.drain(commit_lsn, final=False)
+        if part is not None:
+            self._stage_part(part)
 
     def _stage_streamed(self, rid: int, subxid: int | None, op: Op, size: int) -> None:
         staging = self._stream

@@ -89,22 +89,29 @@ class TableBuffer:
     """Common state of every table shape. `bytes` and the entry count drive the flush
     triggers; `apply` reports how they changed."""
 
-    __slots__ = ("bytes", "key", "relation", "truncated")
+    __slots__ = ("bytes", "key", "parted", "relation", "truncated")
 
     def __init__(self, relation: Relation, key: TableKey) -> None:
         self.relation = relation
         self.key = key
         self.truncated = False
         self.bytes = 0
+        self.parted = False  # parts of a large transaction were handed over since the last drain
+
+    @property
+    def entries(self) -> int:
+        """Buffered entries (rows and deletions), what `apply` counts."""
+        raise NotImplementedError
 
     def apply(self, ops: Iterable[Op]) -> tuple[int, int]:
         """Apply one committed transaction's changes to this table, in order; returns the
         change in (`entries`, `bytes`)."""
         raise NotImplementedError
 
-    def drain(self, commit_lsn: int) -> TableDelta | None:
-        """The delta of everything applied since the last drain (None if it is a no-op);
-        the buffer is empty afterwards."""
+    def drain(self, commit_lsn: int, final: bool = True) -> TableDelta | None:
+        """The delta of everything applied since the last drain (None if it is a no-op and
+        no part was handed over); the buffer is empty afterwards. `final=False` hands over
+        a part of a large transaction (`TableDelta.final`)."""
         raise NotImplementedError
 
     def _delta(
@@ -112,11 +119,15 @@ class TableBuffer:
         commit_lsn: int,
         removed_keys: tuple[tuple[TupleValue, ...], ...],
         rows: tuple[TupleData, ...],
+        final: bool,
+        moved: tuple[tuple[tuple[TupleValue, ...], tuple[TupleValue, ...]], ...] = (),
     ) -> TableDelta | None:
         truncated = self.truncated
         self.truncated = False
         self.bytes = 0
-        if not truncated and not removed_keys and not rows:
+        parted = self.parted
+        self.parted = not final
+        if not truncated and not removed_keys and not rows and not (final and parted):
             return None
         return TableDelta(
             relation=self.relation,
@@ -125,6 +136,8 @@ class TableBuffer:
             truncated=truncated,
             removed_keys=removed_keys,
             rows=rows,
+            moved=moved,
+            final=final,
         )
 
     def _no_value(self, what: str) -> StreambedError:
@@ -140,7 +153,7 @@ class KeyedTable(TableBuffer):
     """Collapse per key. `rows[key]` is the final row or None (deleted); `may_exist` holds
     the keys whose first change since the last drain was an update or delete."""
 
-    __slots__ = ("_key_of", "_single", "may_exist", "rows")
+    __slots__ = ("_key_of", "_single", "may_exist", "moved", "rows")
 
     def __init__(self, relation: Relation, key: TableKey) -> None:
         super().__init__(relation, key)
@@ -149,6 +162,12 @@ class KeyedTable(TableBuffer):
         self._single = len(key.columns) == 1
         self.rows: dict[Any, TupleData | None] = {}
         self.may_exist: set[Any] = set()
+        # new key -> old key whose lake row holds the new row's UNCHANGED values
+        self.moved: dict[Any, Any] = {}
+
+    @property
+    def entries(self) -> int:
+        return len(self.rows)
 
     def apply(self, ops: Iterable[Op]) -> tuple[int, int]:
         rows = self.rows
@@ -160,8 +179,11 @@ class KeyedTable(TableBuffer):
             if type(op) is tuple:
                 # INSERT: the key cannot be in the lake unless a buffered delete put it in
                 # may_exist, which stays as it is.
-                rows[key_of(op)] = op
+                key = key_of(op)
+                rows[key] = op
                 added += row_bytes(op)
+                if self.moved:
+                    self.moved.pop(key, None)
             elif isinstance(op, Update):
                 added += self._update(op)
             elif isinstance(op, Delete):
@@ -169,13 +191,14 @@ class KeyedTable(TableBuffer):
             else:
                 rows.clear()
                 self.may_exist.clear()
+                self.moved.clear()
                 self.truncated = True
                 self.bytes = 0
                 added = 0
         self.bytes += added
         return len(rows) - entries, self.bytes - start
 
-    def drain(self, commit_lsn: int) -> TableDelta | None:
+    def drain(self, commit_lsn: int, final: bool = True) -> TableDelta | None:
         rows = tuple(row for row in self.rows.values() if row is not None)
         removed: tuple[tuple[TupleValue, ...], ...]
         if self.truncated:
@@ -184,9 +207,15 @@ class KeyedTable(TableBuffer):
             removed = tuple((key,) for key in self.may_exist)
         else:
             removed = tuple(self.may_exist)
+        moved: list[tuple[tuple[TupleValue, ...], tuple[TupleValue, ...]]] = []
+        for new_key, old_key in self.moved.items():
+            row = self.rows.get(new_key)
+            if row is not None and UNCHANGED in row:
+                moved.append(((new_key,), (old_key,)) if self._single else (new_key, old_key))
         self.rows = {}
         self.may_exist = set()
-        return self._delta(commit_lsn, removed, rows)
+        self.moved = {}
+        return self._delta(commit_lsn, removed, rows, final, tuple(moved))
 
     def _key(self, row: TupleData, what: str) -> Any:
         key = self._key_of(row)
@@ -205,9 +234,16 @@ class KeyedTable(TableBuffer):
         if old_key == key:
             return self._upsert(key, new, base)
         # The key changed: the old key is deleted, the new key upserted. UNCHANGED values
-        # come from the old row: the full old tuple, else the buffered row of the old key.
+        # come from the old row: the full old tuple, else the buffered row of the old key,
+        # else (still UNCHANGED) the lake row of the old key, recorded in `moved`.
         previous, removed_bytes = self._remove(old_key)
-        return removed_bytes + self._upsert(key, new, base if base is not None else previous)
+        origin = self.moved.pop(old_key, old_key)
+        size = removed_bytes + self._upsert(key, new, base if base is not None else previous)
+        if UNCHANGED in self.rows[key]:  # type: ignore[operator]
+            self.moved[key] = origin
+        else:
+            self.moved.pop(key, None)
+        return size
 
     def _upsert(self, key: Any, new: TupleData, base: TupleData | None) -> int:
         rows = self.rows
@@ -273,13 +309,17 @@ class FullRowTable(TableBuffer):
                 self._entries = 0
         return self._entries - entries, self.bytes - start
 
-    def drain(self, commit_lsn: int) -> TableDelta | None:
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    def drain(self, commit_lsn: int, final: bool = True) -> TableDelta | None:
         rows = tuple(row for row, count in self.counts.items() for _ in range(count))
         removed = () if self.truncated else tuple(self.removed)
         self.counts = {}
         self.removed = []
         self._entries = 0
-        return self._delta(commit_lsn, removed, rows)
+        return self._delta(commit_lsn, removed, rows, final)
 
     def _add(self, row: TupleData) -> None:
         self.counts[row] = self.counts.get(row, 0) + 1
@@ -336,7 +376,11 @@ class AppendTable(TableBuffer):
         self.bytes += added
         return len(rows) - entries, self.bytes - start
 
-    def drain(self, commit_lsn: int) -> TableDelta | None:
+    @property
+    def entries(self) -> int:
+        return len(self.rows)
+
+    def drain(self, commit_lsn: int, final: bool = True) -> TableDelta | None:
         rows = tuple(self.rows)
         self.rows = []
-        return self._delta(commit_lsn, (), rows)
+        return self._delta(commit_lsn, (), rows, final)

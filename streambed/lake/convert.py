@@ -32,6 +32,14 @@ from streambed.lake.types import ColumnType, column_type
 from streambed.pgoutput.messages import UNCHANGED, Binary, Relation, TupleValue
 
 _MICROS_PER_DAY: Final = 86_400_000_000
+
+DATE_INFINITY: Final = 2**31 - 1
+"""Postgres date 'infinity' is stored as this many days ('-infinity' as its negation):
+DuckDB's own infinite date, so the query side reads and renders it as infinity."""
+
+TIMESTAMP_INFINITY: Final = 2**63 - 1
+"""Postgres timestamp[tz] 'infinity' in microseconds ('-infinity': its negation), as DuckDB
+stores its own infinite timestamps."""
 _DATE = re.compile(r"^(\d{4,})-(\d\d)-(\d\d)( BC)?$")
 _TIME = re.compile(r"^(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
 _TIMESTAMP = re.compile(
@@ -302,16 +310,21 @@ def _year(digits: str, bc: str | None) -> int:
 
 
 def _not_iso(text: str) -> _Unrepresentable:
-    if text in ("infinity", "-infinity"):
-        return _Unrepresentable("Iceberg has no infinite dates or timestamps")
     return _Unrepresentable("not an ISO date/time; the replication session must use DateStyle ISO")
 
 
 def _parse_date(text: str, _: ColumnType) -> int:
+    if text == "infinity":
+        return DATE_INFINITY
+    if text == "-infinity":
+        return -DATE_INFINITY
     m = _DATE.match(text)
     if m is None:
         raise _not_iso(text)
-    return _days_from_civil(_year(m[1], m[4]), int(m[2]), int(m[3]))
+    days = _days_from_civil(_year(m[1], m[4]), int(m[2]), int(m[3]))
+    if not -DATE_INFINITY < days < DATE_INFINITY:
+        raise _Unrepresentable("beyond the 32-bit day range")
+    return days
 
 
 def _parse_time(text: str, _: ColumnType) -> int:
@@ -320,12 +333,16 @@ def _parse_time(text: str, _: ColumnType) -> int:
         raise _not_iso(text)
     micros = ((int(m[1]) * 60 + int(m[2])) * 60 + int(m[3])) * 1_000_000
     micros += int((m[4] or "0").ljust(6, "0"))
-    if micros >= _MICROS_PER_DAY:
-        raise _Unrepresentable("Iceberg time ends before 24:00:00")
-    return micros
+    if micros > _MICROS_PER_DAY:
+        raise _Unrepresentable("a time of day after 24:00:00")
+    return micros  # 24:00:00 is kept as 86400000000 µs, which DuckDB reads as 24:00:00
 
 
 def _parse_timestamp(text: str, ctype: ColumnType) -> int:
+    if text == "infinity":
+        return TIMESTAMP_INFINITY
+    if text == "-infinity":
+        return -TIMESTAMP_INFINITY
     m = _TIMESTAMP.match(text)
     if m is None:
         raise _not_iso(text)
@@ -337,7 +354,13 @@ def _parse_timestamp(text: str, ctype: ColumnType) -> int:
     if has_offset:
         offset = (int(m[9]) * 60 + int(m[10] or 0)) * 60 + int(m[11] or 0)
         seconds -= offset if m[8] == "+" else -offset
-    return seconds * 1_000_000 + int((m[7] or "0").ljust(6, "0"))
+    micros = seconds * 1_000_000 + int((m[7] or "0").ljust(6, "0"))
+    if not -TIMESTAMP_INFINITY < micros < TIMESTAMP_INFINITY:
+        raise _Unrepresentable(
+            "beyond 294246 AD, the end of 64-bit microseconds since 1970 (Postgres goes to "
+            "294276 AD)"
+        )
+    return micros
 
 
 def _parse_decimal(text: str, ctype: ColumnType) -> Decimal:

@@ -60,16 +60,23 @@ class FileInfo:
     key_bounds: tuple[tuple[Any, Any] | None, ...]
 
 
-def write_parquet(table: Table, arrow_table: pa.Table, sort_by_key: bool = True) -> list[str]:
+def write_parquet(
+    table: Table,
+    arrow_table: pa.Table,
+    sort_by_key: bool = True,
+    schema: pa.Schema | None = None,
+) -> list[str]:
     """Write rows as new Parquet data files of `table` and return their full paths.
 
     The rows are cast to the table's Arrow schema (with Iceberg field ids) and sorted by
     key. Files roll over at TARGET_FILE_BYTES. Names are random (uuid), so a retry never
-    overwrites a file an earlier attempt wrote. Nothing is written for zero rows.
+    overwrites a file an earlier attempt wrote. Nothing is written for zero rows. `schema`
+    overrides the table's Arrow schema (a schema change being committed).
     """
     if arrow_table.num_rows == 0:
         return []
-    schema = arrow_schema(table)
+    if schema is None:
+        schema = arrow_schema(table)
     try:
         rows = arrow_table.select(schema.names).cast(schema)
     except (KeyError, pa.ArrowInvalid, ValueError) as e:

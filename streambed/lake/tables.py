@@ -137,10 +137,15 @@ def arrow_schema(table: Table) -> pa.Schema:
     Key (required) columns are non-nullable. Strings and binaries are the 32-bit-offset
     Arrow types (what Spark produces), not pyiceberg's large types.
     """
+    return arrow_schema_of_schema(table.schema())
+
+
+def arrow_schema_of_schema(schema: Schema) -> pa.Schema:
+    """`arrow_schema` of an Iceberg schema."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     fields = []
-    for field in schema_to_pyarrow(table.schema(), include_field_ids=True):
+    for field in schema_to_pyarrow(schema, include_field_ids=True):
         type_ = field.type
         if pa.types.is_large_string(type_):
             type_ = pa.string()

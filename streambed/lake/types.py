@@ -30,7 +30,8 @@ sorts uuids. Arrays are text for now (list types are a later issue).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Final
 
 import pyarrow as pa
@@ -50,7 +51,7 @@ from pyiceberg.types import (
     TimeType,
 )
 
-from streambed.pgoutput.messages import RelationColumn
+from streambed.pgoutput.messages import Relation, RelationColumn
 
 # Type OIDs from pg_type.dat; stable across Postgres versions.
 BOOL: Final = 16
@@ -137,3 +138,20 @@ def column_type(column: RelationColumn) -> ColumnType:
                     "decimal", DecimalType(precision, scale), pa.decimal128(precision, scale)
                 )
     return STRING
+
+
+def with_base_types(relation: Relation, bases: Mapping[int, tuple[int, int]]) -> Relation:
+    """The relation with each domain-typed column given its base type (`bases`: domain OID
+    → (base OID, base type modifier), e.g. from `SourceCatalog.base_types`). A column's own
+    modifier wins over the domain's when it has one."""
+    if not any(c.type_oid in bases for c in relation.columns):
+        return relation
+    columns = []
+    for c in relation.columns:
+        base = bases.get(c.type_oid)
+        if base is None:
+            columns.append(c)
+        else:
+            modifier = c.type_modifier if c.type_modifier >= 0 else base[1]
+            columns.append(RelationColumn(c.flags, c.name, base[0], modifier))
+    return replace(relation, columns=tuple(columns))

@@ -114,6 +114,7 @@ class SparkMerger:
         full_row: bool,
         arrow_schema: pa.Schema,
         output_dir: str,
+        lookup_keys: pa.Table | None = None,
     ) -> list[str]:
         """Rewrite `plan.rewrite` without `removed_keys`, plus `rows`; return the files written.
 
@@ -122,6 +123,9 @@ class SparkMerger:
         column name -> mask over `rows`, True where the value must come from the old row.
         `arrow_schema`: the table's schema with `PARQUET:field_id` on every field.
         `output_dir`: local path, file:// or s3:// URI of the table's data directory.
+        `lookup_keys`: one row per row of `rows`, columns `key_columns`: the key of the old
+        row whose values fill that row's unchanged cells (differs from the row's own key
+        after a key-changing UPDATE); None means each row's own key.
         """
         from pyspark.errors import PySparkException
 
@@ -140,7 +144,15 @@ class SparkMerger:
         )
         try:
             merged = self._merged(
-                plan, rows, removed_keys, unchanged, identity, full_row, arrow_schema, mode
+                plan,
+                rows,
+                removed_keys,
+                unchanged,
+                identity,
+                full_row,
+                arrow_schema,
+                mode,
+                lookup_keys,
             )
             if merged is None:
                 return []
@@ -172,6 +184,7 @@ class SparkMerger:
         full_row: bool,
         arrow_schema: pa.Schema,
         mode: str,
+        lookup_keys: pa.Table | None = None,
     ) -> DataFrame | None:
         from pyspark.sql import functions as F
 
@@ -196,9 +209,17 @@ class SparkMerger:
                     kind=Kind.STATE,
                 )
             plain = rows.filter(pc.invert(needs_fill))
+            lookup = None if lookup_keys is None else lookup_keys.filter(needs_fill)
             parts.append(
                 self._filled(
-                    rows.filter(needs_fill), unchanged, needs_fill, old, removed, identity, work
+                    rows.filter(needs_fill),
+                    unchanged,
+                    needs_fill,
+                    old,
+                    removed,
+                    identity,
+                    work,
+                    lookup,
                 )
             )
         else:
@@ -219,8 +240,10 @@ class SparkMerger:
         removed: DataFrame,
         identity: list[str],
         work: StructType,
+        lookup: pa.Table | None = None,
     ) -> DataFrame:
-        """The new rows with unchanged values, completed from the old rows with their keys."""
+        """The new rows with unchanged values, completed from the old rows with their keys
+        (or with the keys in `lookup`, row for row)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import BooleanType, StructField, StructType
 
@@ -230,7 +253,13 @@ class SparkMerger:
         mask_fields = [StructField(f"_u{i}", BooleanType(), True) for i in range(len(masked))]
         for i, c in enumerate(masked):
             table = table.append_column(f"_u{i}", unchanged[c].filter(needs_fill))
-        new = self._frame(table, StructType([*work.fields, *mask_fields]))
+        key_index = [names.index(c) for c in identity]
+        lookup_fields = []
+        for i, c in enumerate(identity):
+            values = table.column(c) if lookup is None else lookup.column(c)
+            table = table.append_column(f"_lk{i}", values.cast(table.schema.field(c).type))
+            lookup_fields.append(StructField(f"_lk{i}", work[c].dataType, True))
+        new = self._frame(table, StructType([*work.fields, *mask_fields, *lookup_fields]))
         cond = functools.reduce(
             lambda a, b: a & b,
             [old[c] == removed[f"_rk{i}"] for i, c in enumerate(identity)],
@@ -239,9 +268,9 @@ class SparkMerger:
         hits = hits.select(
             *[F.col(c).alias(f"_o{i}") for i, c in enumerate(names)], F.lit(True).alias("_found")
         )
-        key_index = [names.index(c) for c in identity]
         on = functools.reduce(
-            lambda a, b: a & b, [new[names[i]] == hits[f"_o{i}"] for i in key_index]
+            lambda a, b: a & b,
+            [new[f"_lk{n}"] == hits[f"_o{i}"] for n, i in enumerate(key_index)],
         )
         joined = new.join(hits, on, "left")
         columns: list[Column] = []

@@ -270,11 +270,18 @@ def encode_text_column(
     if pa.types.is_fixed_size_binary(data_type):
         return _uuid_or_bytes(array, pg_type)
     if pa.types.is_date(data_type):
+        if pa.types.is_date32(data_type) and not _within(array, pa.int32(), *_NORMAL_DAYS):
+            return [None if v is None else format_date(v).encode() for v in _ints(array)]
         return _as_bytes(pc.cast(array, pa.string()))
     if pa.types.is_time(data_type):
-        text = pc.cast(pc.cast(array, pa.time64("us")), pa.string())
+        micros = pc.cast(array, pa.time64("us"))
+        if not _within(micros, pa.int64(), 0, _MICROS_PER_DAY - 1):
+            return [None if v is None else format_time(v).encode() for v in _ints(micros)]
+        text = pc.cast(micros, pa.string())
         return _as_bytes(_strip_fraction(text))
     if pa.types.is_timestamp(data_type):
+        if data_type.unit == "us" and not _within(array, pa.int64(), *_NORMAL_MICROS):
+            return _extended_timestamps(array, tz)
         return _timestamp_column(array, tz)
     if pa.types.is_interval(data_type):
         return [None if v is None else format_interval(*v).encode() for v in _intervals(array)]
@@ -283,6 +290,118 @@ def encode_text_column(
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         return _list_column(array, pg_type, tz)
     return _encode_python(array, pg_type, tz)
+
+
+# ---- dates and times outside years 1..9999: BC, far future, infinity ------------------
+# The lake stores Postgres' infinities as DuckDB does: date ±(2^31 - 1) days, timestamps
+# ±(2^63 - 1) µs; a time of 24:00:00 is 86 400 000 000 µs. Arrow's own formatting covers
+# only years 1..9999, so columns with other values are rendered here, value by value.
+
+_MICROS_PER_DAY = 86_400_000_000
+_DATE_INFINITY = 2**31 - 1
+_TIMESTAMP_INFINITY = 2**63 - 1
+_NORMAL_DAYS = (-719_162, 2_932_896)  # 0001-01-01 .. 9999-12-31
+_NORMAL_MICROS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
+
+
+def _within(array: pa.Array, storage: pa.DataType, low: int, high: int) -> bool:
+    values = array.view(storage)
+    bounds = pc.min_max(values)
+    lowest, highest = bounds["min"].as_py(), bounds["max"].as_py()
+    return lowest is None or (lowest >= low and highest <= high)
+
+
+def _ints(array: pa.Array) -> list[int | None]:
+    width = pa.int32() if pa.types.is_date32(array.type) else pa.int64()
+    values: list[int | None] = array.view(width).to_pylist()
+    return values
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of days since 1970-01-01, proleptic Gregorian (year 0 = 1 BC)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _ymd(days: int) -> tuple[str, bool]:
+    year, month, day = _civil(days)
+    bc = year <= 0
+    return f"{(1 - year) if bc else year:04d}-{month:02d}-{day:02d}", bc
+
+
+def format_date(days: int) -> str:
+    """A date (days since 1970-01-01) as Postgres renders it: '0044-03-15 BC', 'infinity'."""
+    if days >= _DATE_INFINITY:
+        return "infinity"
+    if days <= -_DATE_INFINITY:
+        return "-infinity"
+    text, bc = _ymd(days)
+    return text + " BC" if bc else text
+
+
+def format_time(micros: int) -> str:
+    """A time of day in µs, including 24:00:00."""
+    seconds, frac = divmod(micros, 1_000_000)
+    minutes, secs = divmod(seconds, 60)
+    hours, mins = divmod(minutes, 60)
+    text = f"{hours:02d}:{mins:02d}:{secs:02d}"
+    return text + f".{frac:06d}".rstrip("0") if frac else text
+
+
+def format_timestamp(micros: int, offset_seconds: int | None = None) -> str:
+    """A timestamp in µs since 1970 (UTC for timestamptz) as Postgres renders it; with
+    `offset_seconds` (timestamptz) the value is shown in that offset, '+05:30'-style."""
+    if micros >= _TIMESTAMP_INFINITY:
+        return "infinity"
+    if micros <= -_TIMESTAMP_INFINITY:
+        return "-infinity"
+    if offset_seconds is not None:
+        micros += offset_seconds * 1_000_000
+    days, rest = divmod(micros, _MICROS_PER_DAY)
+    date, bc = _ymd(days)
+    text = f"{date} {format_time(rest)}"
+    if offset_seconds is not None:
+        sign = "-" if offset_seconds < 0 else "+"
+        hours, remainder = divmod(abs(offset_seconds), 3600)
+        minutes, secs = divmod(remainder, 60)
+        text += f"{sign}{hours:02d}"
+        if minutes or secs:
+            text += f":{minutes:02d}"
+        if secs:
+            text += f":{secs:02d}"
+    return text + " BC" if bc else text
+
+
+def _extended_timestamps(array: pa.Array, tz: str) -> Encoded:
+    with_zone = array.type.tz is not None
+    offsets: dict[int, int] = {}
+
+    def offset(micros: int) -> int | None:
+        if not with_zone:
+            return None
+        if tz.upper() in ("UTC", "GMT", "Z", "ETC/UTC"):
+            return 0
+        # Python datetimes end at years 1 and 9999: beyond them, the zone's offset there.
+        margin = 2 * _MICROS_PER_DAY
+        clamped = min(max(micros, _NORMAL_MICROS[0] + margin), _NORMAL_MICROS[1] - margin)
+        hour = clamped // 3_600_000_000
+        if hour not in offsets:
+            import datetime as dt
+            from zoneinfo import ZoneInfo
+
+            moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=hour)
+            delta = moment.astimezone(ZoneInfo(tz)).utcoffset() or dt.timedelta(0)
+            offsets[hour] = int(delta.total_seconds())
+        return offsets[hour]
+
+    return [None if v is None else format_timestamp(v, offset(v)).encode() for v in _ints(array)]
 
 
 def _as_bytes(array: pa.Array) -> Encoded:

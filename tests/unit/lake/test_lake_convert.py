@@ -231,12 +231,33 @@ def test_extended_dates_match_python_where_python_can() -> None:
     assert epoch.view(pa.int64())[0].as_py() == -62_135_596_800_000_000
 
 
+INFINITE: list[tuple[int, bytes, int]] = [
+    (t.DATE, b"infinity", 2**31 - 1),
+    (t.DATE, b"-infinity", -(2**31 - 1)),
+    (t.TIMESTAMP, b"infinity", 2**63 - 1),
+    (t.TIMESTAMP, b"-infinity", -(2**63 - 1)),
+    (t.TIMESTAMPTZ, b"infinity", 2**63 - 1),
+    (t.TIMESTAMPTZ, b"-infinity", -(2**63 - 1)),
+    (t.TIME, b"24:00:00", 86_400_000_000),
+]
+
+
+@pytest.mark.parametrize(("oid", "text", "stored"), INFINITE)
+def test_infinities_and_midnight_are_stored_as_duckdb_does(
+    oid: int, text: bytes, stored: int
+) -> None:
+    ctype = column_type(col(oid))
+    array, _ = convert_column([text, None], ctype)
+    assert array.type == ctype.arrow
+    width = pa.int32() if oid == t.DATE else pa.int64()
+    assert array.view(width).to_pylist() == [stored, None]
+
+
 UNREPRESENTABLE: list[tuple[int, int, bytes]] = [
     (t.NUMERIC, numeric(12, 2), b"NaN"),
-    (t.DATE, -1, b"infinity"),
-    (t.TIMESTAMP, -1, b"-infinity"),
-    (t.TIMESTAMPTZ, -1, b"infinity"),
-    (t.TIME, -1, b"24:00:00"),
+    (t.TIMESTAMP, -1, b"294276-12-31 23:59:59.999999"),  # Postgres' last timestamp
+    (t.TIMESTAMPTZ, -1, b"294270-01-01 00:00:00+00"),
+    (t.TIME, -1, b"24:00:00.000001"),
     (t.TIMESTAMP, -1, b"01/02/2024 03:04:05"),  # DateStyle not ISO
     (t.BOOL, -1, b"yes"),
     (t.BYTEA, -1, b"\\xzz"),

@@ -1,0 +1,132 @@
+"""What the lake needs to know about source tables beyond pgoutput's Relation messages.
+
+Relation messages carry column names, type OIDs and modifiers only. Following schema
+changes exactly needs three more facts, read from the source's catalog:
+
+- the *attnum* of each column, which survives a RENAME (so a rename stays a rename in
+  Iceberg, not a drop plus an add);
+- the value existing rows have for a column added later (`attmissingval`, Postgres'
+  "fast default"), since pgoutput never sends rows that an ALTER TABLE did not touch;
+- the base type of a domain (pgoutput sends the domain's own OID).
+
+`SourceCatalog` is the protocol; `PostgresCatalog` reads a live Postgres. Lookups reflect
+the source's *current* catalog, not its state at the WAL position being applied (see
+docs/types.md, "Schema changes", for what that means).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+logger = logging.getLogger("streambed.lake")
+
+FIRST_USER_OID = 16384
+"""OIDs below this are built-in types (never domains)."""
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """One live column of a source table.
+
+    `missing` is the text form of the value rows written before the column was added
+    have (Postgres' fast default), None when those rows have NULL. `has_missing` says
+    whether Postgres recorded such a value at all.
+    """
+
+    attnum: int
+    name: str
+    has_missing: bool = False
+    missing: str | None = None
+
+
+class SourceCatalog(Protocol):
+    def columns(self, relation_id: int) -> dict[str, SourceColumn] | None:
+        """name → column for the table's live columns; None when the table is gone."""
+        ...
+
+    def base_types(self, type_oids: Collection[int]) -> dict[int, tuple[int, int]]:
+        """domain OID → (base type OID, base type modifier), for the domains among
+        `type_oids` (nested domains resolved to the final base type)."""
+        ...
+
+
+class PostgresCatalog:
+    """`SourceCatalog` on a live Postgres (a plain SQL connection, opened on first use)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: Any = None
+        self._bases: dict[int, tuple[int, int] | None] = {}
+
+    def columns(self, relation_id: int) -> dict[str, SourceColumn] | None:
+        rows = self._query(
+            "SELECT a.attnum, a.attname, a.atthasmissing, "
+            "format_type(a.atttypid, NULL), a.atttypid FROM pg_attribute a "
+            "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            (relation_id,),
+        )
+        if not rows:
+            return None
+        out: dict[str, SourceColumn] = {}
+        for attnum, name, has_missing, type_name, _ in rows:
+            missing: str | None = None
+            if has_missing:
+                # attmissingval is a one-element array of the column's type: take the
+                # element's own text form.
+                value = self._query(
+                    f"SELECT (attmissingval::text::{type_name}[])[1]::text FROM pg_attribute "
+                    "WHERE attrelid = %s AND attnum = %s",
+                    (relation_id, attnum),
+                )
+                missing = value[0][0] if value else None
+            out[str(name)] = SourceColumn(int(attnum), str(name), bool(has_missing), missing)
+        return out
+
+    def base_types(self, type_oids: Collection[int]) -> dict[int, tuple[int, int]]:
+        wanted = [o for o in set(type_oids) if o >= FIRST_USER_OID and o not in self._bases]
+        if wanted:
+            rows = self._query(
+                "WITH RECURSIVE d(oid, base, typmod, depth) AS ("
+                " SELECT oid, typbasetype, typtypmod, 0 FROM pg_type"
+                " WHERE oid = ANY(%s) AND typtype = 'd'"
+                " UNION ALL SELECT d.oid, t.typbasetype, "
+                " CASE WHEN d.typmod = -1 THEN t.typtypmod ELSE d.typmod END, d.depth + 1"
+                " FROM d JOIN pg_type t ON t.oid = d.base AND t.typtype = 'd')"
+                " SELECT DISTINCT ON (oid) oid, base, typmod FROM d ORDER BY oid, depth DESC",
+                (wanted,),
+            )
+            found = {int(oid): (int(base), int(typmod)) for oid, base, typmod in rows}
+            for oid in wanted:
+                self._bases[oid] = found.get(oid)
+        out: dict[int, tuple[int, int]] = {}
+        for oid in type_oids:
+            base = self._bases.get(oid)
+            if base is not None:
+                out[oid] = base
+        return out
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        from streambed.errors import Kind, SourceError
+
+        for attempt in (1, 2):
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self.url, autocommit=True)
+                return list(self._conn.execute(sql, params).fetchall())
+            except psycopg.OperationalError as e:
+                self.close()
+                if attempt == 2:
+                    raise SourceError(
+                        f"cannot read the source catalog: {e}", kind=Kind.SOURCE_UNREACHABLE
+                    ) from e
+        raise AssertionError("unreachable")
