@@ -146,10 +146,20 @@ class Pipeline:
                 log(logger, "replication connection lost", logging.WARNING, error=str(e))
                 # Committed changes are durable once flushed; everything not yet committed
                 # will be sent again from the slot's confirmed position.
-                self.flush(None)
+                self._flush_while_disconnected()
                 self._buffer.discard_uncommitted()
             finally:
                 stream.close()
+
+    def _flush_while_disconnected(self) -> None:
+        """Flush what is committed; if that needs the (unreachable) source, keep it buffered:
+        the buffer skips the transactions the slot sends again."""
+        try:
+            self.flush(None)
+        except SourceError as e:
+            if e.kind is not Kind.SOURCE_UNREACHABLE:
+                raise
+            log(logger, "flush deferred until the source is back", logging.WARNING, error=str(e))
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
