@@ -5,10 +5,11 @@ bytes in one vectorised step (Postgres-exact text from `pgtypes.encode_text_colu
 from numpy for fixed-width types), then each DataRow is one header pack plus one join, and the
 whole batch is one bytes object the socket layer writes with one `sendall`.
 
-Binary format is produced for bool, int2/4/8, float4/8, date, time, timestamp, timestamptz,
-uuid, numeric, interval, bytea and the string types. A column of any other type asked for in
-binary is sent in text and its RowDescription says so (format 0); psycopg and pgjdbc read the
-format from the RowDescription, so they decode it correctly.
+Binary format is produced for bool, int2/4/8, oid, float4/8, date, time, timestamp,
+timestamptz, uuid, numeric, interval, bytea, text types, json/jsonb and one-dimensional arrays
+of those. If a column asked for in binary has another type (timetz), the whole result is sent
+in text and RowDescription says so: clients read the format from it (psycopg reads the first
+column's format for all columns, hence all or nothing).
 """
 
 from __future__ import annotations
@@ -155,41 +156,91 @@ def _interval(array: pa.Array) -> Fields:
     return _prefixed(out)
 
 
-def binary_encoder(pg_type: pgtypes.PgType) -> BinaryEncoder | None:
-    """The binary encoder for a column, or None when its binary form is its text form (text
-    types) or when it is not supported in binary (sent as text, see module docstring)."""
-    oid = pg_type.oid
-    if oid == pgtypes.BOOL.oid:
-        return _bool
-    if oid == pgtypes.INT2.oid:
-        return lambda a: _fixed(pc.cast(a, pa.int16()), ">i2", 2)
-    if oid == pgtypes.INT4.oid:
-        return lambda a: _fixed(pc.cast(a, pa.int32()), ">i4", 4)
-    if oid == pgtypes.INT8.oid:
-        return lambda a: _fixed(pc.cast(a, pa.int64()), ">i8", 8)
-    if oid == pgtypes.FLOAT4.oid:
-        return lambda a: _fixed(pc.cast(a, pa.float32()), ">f4", 4)
-    if oid == pgtypes.FLOAT8.oid:
-        return lambda a: _fixed(pc.cast(a, pa.float64()), ">f8", 8)
-    if oid == pgtypes.DATE.oid:
-        return _date
-    if oid in (pgtypes.TIMESTAMP.oid, pgtypes.TIMESTAMPTZ.oid):
-        return _timestamp
-    if oid == pgtypes.TIME.oid:
-        return _time
-    if oid == pgtypes.UUID.oid:
-        return _uuid
-    if oid == pgtypes.NUMERIC.oid:
-        return _numeric
-    if oid == pgtypes.INTERVAL.oid:
-        return _interval
-    if oid == pgtypes.BYTEA.oid:
-        return _bytea
-    return None
+def _array(element_oid: int, element: BinaryEncoder) -> BinaryEncoder:
+    """One-dimensional arrays: header, then the elements' own length-prefixed fields."""
+    empty = struct.pack("!iii", 0, 0, element_oid)
+
+    def encode(array: pa.Array) -> Fields:
+        flat = array.flatten()
+        if pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type):
+            raise UnsupportedBinary(
+                "binary format is not supported for multi-dimensional arrays; request text"
+            )
+        items = element(flat) if len(flat) else []
+        offsets = array.offsets.to_pylist()
+        base = offsets[0]
+        valid = array.is_valid().to_pylist()
+        pack = struct.Struct("!iiiii").pack
+        out: list[bytes | None] = []
+        for i, ok in enumerate(valid):
+            if not ok:
+                out.append(None)
+                continue
+            start, end = offsets[i] - base, offsets[i + 1] - base
+            if start == end:
+                out.append(empty)
+                continue
+            fields = items[start:end]
+            has_null = 1 if _NULL in fields else 0
+            out.append(pack(1, has_null, element_oid, end - start, 1) + b"".join(fields))
+        return _prefixed(out)
+
+    return encode
+
+
+class UnsupportedBinary(Exception):
+    """A value cannot be sent in binary format (SQLSTATE 0A000)."""
+
+    sqlstate = "0A000"
+
+
+def _text(pg_type: pgtypes.PgType, timezone: str, prefix: bytes = b"") -> BinaryEncoder:
+    def encode(array: pa.Array) -> Fields:
+        values = pgtypes.encode_text_column(array, pg_type, timezone)
+        if prefix:
+            values = [None if v is None else prefix + v for v in values]
+        return _prefixed(values)
+
+    return encode
 
 
 # Types whose binary send format is the same bytes as their text output.
 TEXT_LIKE_OIDS = frozenset({pgtypes.TEXT.oid, pgtypes.VARCHAR.oid, 19, 1042, pgtypes.JSON.oid})
+
+_FIXED: dict[int, BinaryEncoder] = {
+    pgtypes.BOOL.oid: _bool,
+    pgtypes.INT2.oid: lambda a: _fixed(pc.cast(a, pa.int16()), ">i2", 2),
+    pgtypes.INT4.oid: lambda a: _fixed(pc.cast(a, pa.int32()), ">i4", 4),
+    pgtypes.OID.oid: lambda a: _fixed(pc.cast(a, pa.uint32()), ">u4", 4),
+    pgtypes.INT8.oid: lambda a: _fixed(pc.cast(a, pa.int64()), ">i8", 8),
+    pgtypes.FLOAT4.oid: lambda a: _fixed(pc.cast(a, pa.float32()), ">f4", 4),
+    pgtypes.FLOAT8.oid: lambda a: _fixed(pc.cast(a, pa.float64()), ">f8", 8),
+    pgtypes.DATE.oid: _date,
+    pgtypes.TIMESTAMP.oid: _timestamp,
+    pgtypes.TIMESTAMPTZ.oid: _timestamp,
+    pgtypes.TIME.oid: _time,
+    pgtypes.UUID.oid: _uuid,
+    pgtypes.NUMERIC.oid: _numeric,
+    pgtypes.INTERVAL.oid: _interval,
+    pgtypes.BYTEA.oid: _bytea,
+}
+
+
+def binary_encoder(pg_type: pgtypes.PgType, timezone: str = "UTC") -> BinaryEncoder | None:
+    """The binary encoder for a column type, or None when binary is not supported for it
+    (timetz, arrays of such types)."""
+    oid = pg_type.oid
+    if pg_type.element is not None:
+        element = binary_encoder(pg_type.element, timezone)
+        return _array(pg_type.element.oid, element) if element is not None else None
+    fixed = _FIXED.get(oid)
+    if fixed is not None:
+        return fixed
+    if oid in TEXT_LIKE_OIDS:
+        return _text(pg_type, timezone)
+    if oid == pgtypes.JSONB.oid:
+        return _text(pg_type, timezone, prefix=b"\x01")
+    return None
 
 
 class BatchEncoder:
@@ -199,7 +250,7 @@ class BatchEncoder:
         self._columns = list(columns)
         self._timezone = timezone
         self._binary: list[BinaryEncoder | None] = [
-            binary_encoder(c.pg_type) if c.format == 1 else None for c in self._columns
+            binary_encoder(c.pg_type, timezone) if c.format == 1 else None for c in self._columns
         ]
 
     def _column(self, index: int, array: pa.Array) -> Fields:
@@ -233,19 +284,30 @@ class BatchEncoder:
 def column_specs(
     columns: Sequence[tuple[str, pgtypes.PgType]], result_formats: Sequence[int]
 ) -> list[ColumnSpec]:
-    """Columns with their wire format: none means all text, one applies to all, else one each."""
-    specs: list[ColumnSpec] = []
-    for i, (name, pg_type) in enumerate(columns):
-        if len(result_formats) == 1:
-            wanted = result_formats[0]
-        elif i < len(result_formats):
-            wanted = result_formats[i]
-        else:
-            wanted = 0
-        binary_ok = binary_encoder(pg_type) is not None or pg_type.oid in TEXT_LIKE_OIDS
-        fmt = 1 if wanted == 1 and binary_ok else 0
-        specs.append(ColumnSpec(name, pg_type.oid, pg_type.typmod, pg_type.typlen, fmt, pg_type))
-    return specs
+    """Columns with their wire format: no codes means all text, one applies to all, else one
+    per column. If a column asked for in binary has no binary encoder, every column is sent
+    in text (RowDescription says so): psycopg reads one format for the whole result."""
+    wanted = [
+        result_formats[0] if len(result_formats) == 1 else
+        (result_formats[i] if i < len(result_formats) else 0)
+        for i in range(len(columns))
+    ]  # fmt: skip
+    binary_possible = all(
+        binary_encoder(pg_type) is not None
+        for (_, pg_type), fmt in zip(columns, wanted, strict=True)
+        if fmt == 1
+    )
+    return [
+        ColumnSpec(
+            name,
+            pg_type.oid,
+            pg_type.typmod,
+            pg_type.typlen,
+            fmt if binary_possible else 0,
+            pg_type,
+        )
+        for (name, pg_type), fmt in zip(columns, wanted, strict=True)
+    ]
 
 
 def row_description(columns: Sequence[ColumnSpec]) -> bytes:
