@@ -34,6 +34,8 @@ class Runtime:
     pipeline: Pipeline
 
     def close(self) -> None:
+        if self.pipeline.copier is not None:
+            self.pipeline.copier.close()  # type: ignore[attr-defined]
         self.source.close()
         self.state.close()
 
@@ -49,8 +51,11 @@ def _merger(settings: Settings) -> Callable[[], Any]:
     return make
 
 
-def build_pipeline(settings: Settings, on_commit: Callable[[int], None] | None = None) -> Runtime:
-    """Open state and lake, reconcile them (Iceberg wins), and build the pipeline."""
+def build_pipeline(
+    settings: Settings, on_commit: Callable[[int], None] | None = None, *, copy: bool = True
+) -> Runtime:
+    """Open state and lake, reconcile them (Iceberg wins), and build the pipeline. With
+    `copy`, tables that are not ready are copied (`streambed.copy`) before they stream."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     state = StateStore(settings.state_path)
     sink = IcebergSink(
@@ -65,9 +70,32 @@ def build_pipeline(settings: Settings, on_commit: Callable[[int], None] | None =
     for t in tables:
         lake_lsn = sink.frontier(t.schema, t.name)
         state.reconcile(t.schema, t.name, lake_lsn, locations.get((t.schema, t.name)))
-    source = PostgresSource(settings)
+    source = PostgresSource(settings, export_snapshot=copy)
     pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit)
+    if copy:
+        pipeline.copier = _copier(settings, state, sink, pipeline)
     return Runtime(settings, state, sink, source, pipeline)
+
+
+def _copier(settings: Settings, state: StateStore, sink: IcebergSink, pipeline: Pipeline) -> Any:
+    from streambed.copy.manager import CopyManager
+    from streambed.merge.pyarrow_source import fs_options
+    from streambed.merge.spark_session import get_spark
+
+    def on_commit(lsn: int) -> None:
+        if pipeline.on_commit is not None:
+            pipeline.on_commit(lsn)
+
+    return CopyManager(
+        settings,
+        state,
+        sink,
+        sink.catalog,
+        lambda: get_spark(settings.spark_master),
+        fs_options(settings),
+        base_types=sink.source.base_types if sink.source is not None else None,
+        on_commit=on_commit,
+    )
 
 
 class StateSnapshots:
@@ -143,6 +171,28 @@ def serve(settings: Settings) -> None:
     finally:
         server.stop()
         state.close()
+
+
+def resync(settings: Settings, table: str) -> str:
+    """Ask for `table` (schema.table) to be copied again; a running `streambed run` picks
+    the request up within seconds, otherwise the next start does."""
+    schema, dot, name = table.partition(".")
+    if not dot or not schema or not name:
+        from streambed.errors import ConfigError
+
+        raise ConfigError(
+            f"resync needs a schema-qualified table name (public.orders), not {table!r}"
+        )
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    state = StateStore(settings.state_path)
+    try:
+        state.request_resync(schema, name)
+    finally:
+        state.close()
+    return (
+        f"resync of {schema}.{name} requested: a running `streambed run` copies it again "
+        "within seconds (otherwise the next start does); `streambed status` shows its state\n"
+    )
 
 
 def status(settings: Settings) -> str:

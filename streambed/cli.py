@@ -46,6 +46,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the Iceberg tables recorded in the state store over the Postgres "
         "wire protocol, following new commits of a `streambed run` elsewhere.",
     )
+    resync = commands.add_parser(
+        "resync",
+        help="copy one table again from the source, online",
+        description="Copy TABLE again under a fresh snapshot while the other tables keep "
+        "streaming. The request is recorded in the state store; a running `streambed run` "
+        "starts the copy within seconds, otherwise the next start does. Changes to TABLE "
+        "made during the copy are applied once it commits.",
+    )
+    resync.add_argument("table", metavar="TABLE", help="schema-qualified name: public.orders")
     commands.add_parser(
         "status",
         help="print each table's state and frontier, and the slot's lag",
@@ -69,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             app.run(settings)
         elif args.command == "serve":
             app.serve(settings)
+        elif args.command == "resync":
+            sys.stdout.write(app.resync(settings, args.table))
         else:
             sys.stdout.write(app.status(settings))
     except StreambedError as e:

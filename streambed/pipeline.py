@@ -12,6 +12,10 @@ in `Pipeline.flush`:
 A crash between any two steps replays from the slot's confirmed LSN; changes whose commit
 LSN is at or below a table's frontier are skipped by the buffer, so nothing is applied
 twice, and nothing is acknowledged before it is durable in Iceberg.
+
+Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
+changes are dropped, the stream is acknowledged no further than where they were first
+dropped, and when a copy commits the stream is restarted so the slot sends them again.
 """
 
 from __future__ import annotations
@@ -75,6 +79,20 @@ class State(Protocol):
     ) -> object: ...
 
 
+class Copier(Protocol):
+    """Initial copies and re-copies (`streambed.copy.manager.CopyManager`)."""
+
+    def start(self, source: Source) -> None: ...
+    def hold(self, stream: Stream) -> Stream: ...
+    def blocked(self, schema: str, name: str) -> bool: ...
+    def relation(self, rel: m.Relation, key: TableKey) -> None: ...
+    def due(self, now: float) -> bool: ...
+    def step(self) -> bool: ...
+
+
+BLOCKED = (1 << 64) - 1  # the frontier of a table being copied: all its changes are dropped
+
+
 @dataclass
 class FlushStats:
     flushes: int = 0
@@ -91,6 +109,7 @@ class Pipeline:
     state: State
     on_commit: Callable[[int], None] | None = None
     stats: FlushStats = field(default_factory=FlushStats)
+    copier: Copier | None = None
 
     def __post_init__(self) -> None:
         self._stop = False
@@ -121,8 +140,12 @@ class Pipeline:
             try:
                 if not prepared:
                     self.source.prepare()
+                    if self.copier is not None:
+                        self.copier.start(self.source)
                     prepared = True
                 stream = self.source.open_stream()
+                if self.copier is not None:
+                    stream = self.copier.hold(stream)
             except SourceError as e:
                 if not _transient(e, retrier.attempt):
                     raise
@@ -138,8 +161,11 @@ class Pipeline:
                 continue
             retrier.reset()
             try:
-                self._stream(stream, until)
-                return
+                if not self._stream(stream, until):
+                    return
+                # A copy committed: read again from the slot's position (see the module doc).
+                self._buffer = self._new_buffer()
+                self._frontiers.clear()
             except SourceError as e:
                 if e.kind is not Kind.SOURCE_UNREACHABLE:
                     raise
@@ -168,7 +194,9 @@ class Pipeline:
 
     # ---- the loop -------------------------------------------------------------------
 
-    def _stream(self, stream: Stream, until: Callable[[], bool] | None) -> None:
+    def _stream(self, stream: Stream, until: Callable[[], bool] | None) -> bool:
+        """Stream until stopped (False) or until a copy committed (True: restart)."""
+        copier = self.copier
         decode = Decoder().decode
         settings = self.settings
         buffer = self._buffer
@@ -202,10 +230,16 @@ class Pipeline:
                 now, settings.flush_rows, settings.flush_bytes, settings.flush_interval
             ):
                 self.flush(stream)
+            if copier is not None and copier.due(now):
+                self.flush(stream)
+                if copier.step():
+                    stream.send_status(force=True)
+                    return True
             self.source.beat(now)
             stream.send_status()
         self.flush(stream)
         stream.send_status(force=True)
+        return False
 
     def _idle(self) -> bool:
         b = self._buffer
@@ -265,7 +299,10 @@ class Pipeline:
         self._wanted.add(rel.relation_id)
         name = (rel.namespace, rel.name)
         if name not in self._registered:
-            self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
+            if self.copier is None:
+                self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
+            else:
+                self.copier.relation(rel, key)
             self._registered.add(name)
 
     def _included(self, qualified: str) -> bool:
@@ -329,6 +366,8 @@ class Pipeline:
         )
 
     def _frontier(self, schema: str, name: str) -> int | None:
+        if self.copier is not None and self.copier.blocked(schema, name):
+            return BLOCKED
         key = (schema, name)
         if key not in self._frontiers:
             self._frontiers[key] = self.sink.frontier(schema, name)

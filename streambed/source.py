@@ -9,6 +9,7 @@ import psycopg
 
 from streambed.changes import TableKey
 from streambed.config import Settings
+from streambed.copy.snapshot import SnapshotAnchor
 from streambed.errors import Kind, SchemaError, SourceError
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
@@ -22,8 +23,12 @@ logger = logging.getLogger("streambed.source")
 class PostgresSource:
     """Implements `streambed.pipeline.Source` on a real Postgres."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, export_snapshot: bool = False) -> None:
         self.settings = settings
+        self.export_snapshot = export_snapshot
+        # The snapshot of the slot when `prepare` created it (export_snapshot): the initial
+        # copy runs under it; the copier takes it (and sets this back to None).
+        self.initial_snapshot: SnapshotAnchor | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
 
@@ -32,8 +37,24 @@ class PostgresSource:
         conn = self._sql()
         setup.check_source(conn)
         setup.ensure_publication(conn, self.settings.publication)
-        with ReplicationConnection.connect(self.settings.source_url) as replication:
-            setup.ensure_slot(conn, replication, self.settings.slot)
+        url = self.settings.source_url
+        with ReplicationConnection.connect(url) as replication:
+            slot = setup.ensure_slot(
+                conn, replication, self.settings.slot, export_snapshot=self.export_snapshot
+            )
+            if slot.snapshot_name is not None and slot.consistent_point is not None:
+                # Imported before the replication connection runs another command (or
+                # closes), which would end the exported snapshot.
+                try:
+                    self.initial_snapshot = SnapshotAnchor.adopt(
+                        url, slot.snapshot_name, slot.consistent_point
+                    )
+                except SourceError as e:
+                    logger.warning(
+                        "cannot import the new slot's snapshot; tables are copied under a "
+                        "temporary slot's snapshot instead",
+                        extra={"fields": {"error": str(e)}},
+                    )
 
     def open_stream(self) -> ReplicationStream:
         return ReplicationStream.start(

@@ -6,6 +6,9 @@ Tables:
 - `watermarks`: the consistent points (one per flush): LSN, time, and every table's
   metadata location at it; the last `WATERMARK_HISTORY` are kept.
 - `meta`: small key/value settings (schema version, slot, ...).
+- `copies`: the copy in progress of each table in status `copying` (run id, output
+  directory, seam), so a restart can remove the files of an interrupted copy.
+- `resync_requests`: tables an operator asked to copy again (`streambed resync`).
 
 The Iceberg snapshot summary is the source of truth; `reconcile` lets it win at start.
 """
@@ -168,6 +171,71 @@ class StateStore:
                 self._write_frontier(schema, name, iceberg_lsn, metadata_location)
             return self._require(schema, name)
 
+    # ---- copies ------------------------------------------------------------------------
+
+    def begin_copy(
+        self, schema: str, name: str, relation_id: int, run_id: str, output_dir: str, seam: int
+    ) -> None:
+        """Mark a table `copying` and remember the copy (see `copies` in the module doc).
+        The stored frontier is cleared: the table's lake contents are being replaced."""
+        with self._lock, self._transaction():
+            self._db.execute(
+                "INSERT INTO tables (schema, name, relation_id, status, updated_at) "
+                "VALUES (?, ?, ?, 'copying', ?) ON CONFLICT (schema, name) DO UPDATE SET "
+                "relation_id = excluded.relation_id, status = 'copying', frontier_lsn = NULL, "
+                "metadata_location = NULL, updated_at = excluded.updated_at",
+                [schema, name, relation_id, _now()],
+            )
+            self._db.execute(
+                "INSERT OR REPLACE INTO copies (schema, name, run_id, output_dir, seam_lsn, "
+                "started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [schema, name, run_id, output_dir, seam, _now()],
+            )
+
+    def finish_copy(self, schema: str, name: str, lsn: int, metadata_location: str) -> None:
+        """A copy committed at `lsn`: the table is `ready` with that frontier. The one place
+        besides `forget` where a frontier may be replaced by a lower one (a re-copy replaces
+        the table's contents)."""
+        with self._lock, self._transaction():
+            self._require(schema, name)
+            self._db.execute(
+                "UPDATE tables SET status = 'ready', frontier_lsn = ?, metadata_location = ?, "
+                "updated_at = ? WHERE schema = ? AND name = ?",
+                [lsn, metadata_location, _now(), schema, name],
+            )
+            self._db.execute("DELETE FROM copies WHERE schema = ? AND name = ?", [schema, name])
+
+    def abandon_copy(self, schema: str, name: str) -> None:
+        """A copy failed or was interrupted: the table is `pending` (copied again later)."""
+        with self._lock, self._transaction():
+            self._db.execute(
+                "UPDATE tables SET status = 'pending', updated_at = ? "
+                "WHERE schema = ? AND name = ?",
+                [_now(), schema, name],
+            )
+            self._db.execute("DELETE FROM copies WHERE schema = ? AND name = ?", [schema, name])
+
+    def copies(self) -> list[tuple[str, str, str, str, int]]:
+        """(schema, name, run_id, output_dir, seam) of every copy not finished or abandoned."""
+        with self._lock:
+            rows = list(self._db.query("SELECT * FROM copies ORDER BY schema, name"))
+        return [(r["schema"], r["name"], r["run_id"], r["output_dir"], r["seam_lsn"]) for r in rows]
+
+    def request_resync(self, schema: str, name: str) -> None:
+        with self._lock, self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO resync_requests (schema, name, requested_at) "
+                "VALUES (?, ?, ?)",
+                [schema, name, _now()],
+            )
+
+    def take_resync_requests(self) -> list[tuple[str, str]]:
+        """The requested tables, removed from the queue."""
+        with self._lock, self._transaction():
+            rows = list(self._db.query("SELECT schema, name FROM resync_requests"))
+            self._db.execute("DELETE FROM resync_requests")
+        return [(r["schema"], r["name"]) for r in rows]
+
     # ---- watermarks -------------------------------------------------------------------
 
     def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None:
@@ -241,6 +309,17 @@ class StateStore:
         )
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS copies ("
+            " schema TEXT NOT NULL, name TEXT NOT NULL, run_id TEXT NOT NULL,"
+            " output_dir TEXT NOT NULL, seam_lsn INTEGER NOT NULL, started_at TEXT NOT NULL,"
+            " PRIMARY KEY (schema, name))"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS resync_requests ("
+            " schema TEXT NOT NULL, name TEXT NOT NULL, requested_at TEXT NOT NULL,"
+            " PRIMARY KEY (schema, name))"
         )
         self._db.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",

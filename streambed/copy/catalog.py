@@ -1,0 +1,115 @@
+"""What the copy needs to know about a source table, read from the catalog.
+
+`table_info` builds the same `Relation` a pgoutput Relation message would carry for the table
+(columns that are neither dropped nor generated, their type OIDs and modifiers, the replica
+identity flags), so the lake table the copy creates is the one the stream expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from streambed.changes import TableKey
+from streambed.errors import Kind, SourceError
+from streambed.pgoutput.messages import KEY_FLAG, Relation, RelationColumn
+from streambed.replication import setup
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    relation: Relation
+    key: TableKey
+    blocks: int  # heap blocks now (at least pg_class.relpages)
+    estimated_rows: int  # pg_class.reltuples; 0 when never analyzed
+
+    @property
+    def schema(self) -> str:
+        return self.relation.namespace
+
+    @property
+    def name(self) -> str:
+        return self.relation.name
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.relation.namespace}.{self.relation.name}"
+
+
+class TableGone(SourceError):
+    """The table no longer exists in the source."""
+
+
+def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableInfo:
+    """Columns, key and size of `schema.name`. Raises `TableGone` when it does not exist and
+    a SOURCE_SETUP `SourceError` naming the table when the role may not SELECT from it."""
+    qualified = f"{schema}.{name}"
+    row = conn.execute(
+        """
+        SELECT c.oid, c.relreplident, c.relpages, c.reltuples,
+               pg_relation_size(c.oid) / current_setting('block_size')::int,
+               has_table_privilege(c.oid, 'SELECT')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
+        """,
+        (schema, name),
+    ).fetchone()
+    if row is None:
+        raise TableGone(
+            f"{qualified} no longer exists in the source; it is left out of the copy",
+            kind=Kind.SOURCE_SETUP,
+        )
+    oid, replident, relpages, reltuples, blocks, may_select = row
+    if not may_select:
+        raise SourceError(
+            f"cannot copy {qualified}: the role may not SELECT from it. Run GRANT SELECT ON "
+            f"{qualified} TO <role>; then restart streambed or run `streambed resync "
+            f"{qualified}`",
+            kind=Kind.SOURCE_SETUP,
+        )
+    keys = setup.table_key(conn, int(oid))
+    identity = set(keys.identity_columns)
+    columns = conn.execute(
+        """
+        SELECT attname, atttypid, atttypmod FROM pg_attribute
+        WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = ''
+        ORDER BY attnum
+        """,
+        (oid,),
+    ).fetchall()
+    replica_identity = str(replident)
+    relation = Relation(
+        relation_id=int(oid),
+        namespace=schema,
+        name=name,
+        replica_identity=replica_identity,
+        columns=tuple(
+            RelationColumn(
+                KEY_FLAG if replica_identity == "f" or attname in identity else 0,
+                str(attname),
+                int(typid),
+                int(typmod),
+            )
+            for attname, typid, typmod in columns
+        ),
+    )
+    return TableInfo(
+        relation=relation,
+        key=_key(relation, keys),
+        blocks=max(int(relpages), int(blocks)),
+        estimated_rows=max(0, int(reltuples)),
+    )
+
+
+def _key(relation: Relation, keys: setup.TableKey) -> TableKey:
+    """The lake key, decided as `streambed.source.PostgresSource.table_key` decides it."""
+    names = [c.name for c in relation.columns]
+    if relation.replica_identity in ("d", "i"):
+        return TableKey(tuple(i for i, c in enumerate(relation.columns) if c.is_key))
+    if relation.replica_identity != "f":
+        return TableKey(())
+    if keys.primary_key and all(n in names for n in keys.primary_key):
+        return TableKey(tuple(names.index(n) for n in keys.primary_key))
+    return TableKey((), full_row=True)

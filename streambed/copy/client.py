@@ -1,0 +1,199 @@
+"""Streaming one COPY's CSV out of the source, as Arrow batches of raw field bytes.
+
+Two clients, same bytes:
+
+- `psql` (preferred): libpq's C loop receives the COPY rows and writes them to a pipe;
+  Arrow's streaming CSV reader parses the pipe in blocks. Python never touches a row,
+  which makes this ~5-8x faster than reading rows through psycopg (one Python call per
+  row). The connection parameters go in a private (0600) service file, never on the
+  command line, so the password is not visible in the process list.
+- `psycopg` (fallback, when no psql binary is found): rows are read one by one and joined
+  into chunks of `batch_bytes`.
+
+Both run `BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT ...`
+first, with the replication session's output settings (`streambed.copy.session`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pcsv
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from streambed.copy.session import copy_connect
+from streambed.replication.connection import SESSION_OPTIONS
+
+PSQL_ENV = "STREAMBED_PSQL"
+
+
+class CopyClientError(Exception):
+    """The source refused or broke the COPY; the message is the server's."""
+
+
+def find_psql() -> str | None:
+    """`$STREAMBED_PSQL` ("" disables psql), else psql on PATH, else the newest
+    /usr/lib/postgresql/*/bin/psql."""
+    configured = os.environ.get(PSQL_ENV)
+    if configured is not None:
+        return configured or None
+    found = shutil.which("psql")
+    if found:
+        return found
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/psql"),
+        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
+    )
+    return candidates[-1] if candidates else None
+
+
+def csv_options(
+    columns: int, block_size: int
+) -> tuple[pcsv.ReadOptions, pcsv.ParseOptions, pcsv.ConvertOptions]:
+    """Postgres CSV: no header; an unquoted empty field is NULL, a quoted "" is ''; values
+    may contain newlines; an empty line is a row (one NULL column). Fields stay bytes."""
+    names = [f"c{i}" for i in range(columns)]
+    return (
+        pcsv.ReadOptions(column_names=names, use_threads=False, block_size=block_size),
+        pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+        pcsv.ConvertOptions(
+            column_types={n: pa.binary() for n in names},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+
+
+def stream_copy(
+    url: str,
+    snapshot: str,
+    statement: sql.Composed,
+    columns: int,
+    *,
+    application_name: str,
+    batch_bytes: int,
+    psql: str | None,
+) -> Iterator[pa.RecordBatch]:
+    """Raw CSV fields of `statement` run under `snapshot`, in batches of about `batch_bytes`."""
+    if psql:
+        yield from _via_psql(url, snapshot, statement, columns, application_name, batch_bytes, psql)
+    else:
+        yield from _via_psycopg(url, snapshot, statement, columns, application_name, batch_bytes)
+
+
+def _via_psql(
+    url: str,
+    snapshot: str,
+    statement: sql.Composed,
+    columns: int,
+    application_name: str,
+    batch_bytes: int,
+    psql: str,
+) -> Iterator[pa.RecordBatch]:
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
+    params["client_encoding"] = "UTF8"
+    params["application_name"] = application_name[:63]
+    params.setdefault("connect_timeout", "10")
+    with tempfile.TemporaryDirectory(prefix="streambed-copy-") as tmp:
+        service_file = os.path.join(tmp, "service.conf")
+        fd = os.open(service_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("[copy]\n" + "".join(f"{k}={v}\n" for k, v in params.items()))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update(PGSERVICEFILE=service_file, PGSERVICE="copy", PGSYSCONFDIR=tmp)
+        script = (
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            f"SET TRANSACTION SNAPSHOT '{snapshot.replace(chr(39), '')}'",
+            statement.as_string(None),
+        )
+        argv = [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1"]
+        for command in script:
+            argv += ["-c", command]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            read, parse, convert = csv_options(columns, batch_bytes)
+            try:
+                reader = pcsv.open_csv(
+                    pa.PythonFile(proc.stdout, mode="r"),
+                    read_options=read,
+                    parse_options=parse,
+                    convert_options=convert,
+                )
+            except pa.ArrowInvalid as e:
+                if "Empty CSV file" in str(e):
+                    reader = None
+                else:
+                    raise
+            if reader is not None:
+                yield from reader
+            code = proc.wait()
+            if code != 0:
+                message = proc.stderr.read().decode(errors="replace").strip()
+                raise CopyClientError(message.removeprefix("psql:").strip() or f"psql exit {code}")
+        except pa.ArrowInvalid as e:
+            proc.kill()
+            proc.wait()
+            message = proc.stderr.read().decode(errors="replace").strip()
+            raise CopyClientError(message or str(e)) from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+
+def _via_psycopg(
+    url: str,
+    snapshot: str,
+    statement: sql.Composed,
+    columns: int,
+    application_name: str,
+    batch_bytes: int,
+) -> Iterator[pa.RecordBatch]:
+    try:
+        conn = copy_connect(url, application_name)
+    except Exception as e:
+        raise CopyClientError(str(e)) from None
+    try:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+        with conn.cursor().copy(statement) as copy:
+            parts: list[Any] = []
+            size = 0
+            while data := copy.read():
+                parts.append(data)
+                size += len(data)
+                if size >= batch_bytes:
+                    yield from _parse(b"".join(parts), columns)
+                    parts, size = [], 0
+            if parts:
+                yield from _parse(b"".join(parts), columns)
+    except psycopg.Error as e:
+        raise CopyClientError(" ".join(str(e).split())) from None
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+
+
+def _parse(text: bytes, columns: int) -> Iterator[pa.RecordBatch]:
+    read, parse, convert = csv_options(columns, max(1 << 20, len(text) + 1))
+    table = pcsv.read_csv(
+        pa.BufferReader(text), read_options=read, parse_options=parse, convert_options=convert
+    )
+    yield from table.to_batches()

@@ -1,0 +1,368 @@
+"""Which tables need a copy, the per-table state machine, and what the loop may acknowledge.
+
+States (persisted in the state store): `pending` (must be copied) → `copying` (a copy is
+running; its run id, output directory and seam are recorded) → `ready` (the lake holds the
+table up to its frontier and the loop applies its changes).
+
+The rules the pipeline follows through this class:
+
+- A table that is not `ready` is *blocked*: its frontier reads as `BLOCKED`, so the buffer
+  drops its changes. They are not lost: each copy has a *hold*, the acknowledged position
+  when the table became blocked, and the stream is never acknowledged past the lowest hold.
+- A copy commits the table at `seam - 1` (see `streambed.copy.snapshot`) and the table
+  becomes `ready`. The loop then restarts the stream: the slot re-sends everything after
+  the hold; changes at or below the seam are skipped by the frontier, those above it are
+  applied, and tables that were already current skip what they already hold.
+- A failed copy (table dropped, no SELECT permission, snapshot gone, Spark error) leaves
+  the table `pending` and blocked, releases its hold, and is retried at the next start or
+  by `streambed resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
+- At start, copies a crash interrupted are either found committed (their files are live in
+  the lake table: the table becomes `ready`) or their files are removed (`pending`).
+
+Copies run on a background thread (Spark jobs, up to `max_parallel` tables at once); the
+pipeline's thread only calls `start`, `relation`, `blocked`, `due` and `step`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
+
+from pyiceberg.catalog import Catalog
+
+from streambed.changes import TableKey
+from streambed.config import Settings
+from streambed.copy.catalog import TableInfo, table_info
+from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
+from streambed.copy.progress import ProgressBoard
+from streambed.copy.snapshot import SnapshotAnchor
+from streambed.errors import StreambedError
+from streambed.lake.types import with_base_types
+from streambed.log import log
+from streambed.lsn import format_lsn
+from streambed.pgoutput.messages import Relation
+from streambed.replication import setup
+from streambed.replication.connection import sql_connect
+from streambed.state.store import StateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger("streambed.copy")
+
+BLOCKED: Final = (1 << 64) - 1
+"""The frontier of a table that is not ready: every change to it is dropped (and re-read)."""
+
+RESYNC_POLL_SECONDS: Final = 2.0
+
+Name = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: Name
+    error: StreambedError | None = None
+    frontier: int | None = None
+
+
+@dataclass(frozen=True)
+class _Batch:
+    names: tuple[Name, ...]
+    anchor: SnapshotAnchor | None
+
+
+class HeldStream:
+    """The replication stream, acknowledged no further than the manager allows."""
+
+    def __init__(self, stream: Any, manager: CopyManager) -> None:
+        self._stream = stream
+        self._manager = manager
+
+    def ack(self, lsn: int) -> None:
+        limit = self._manager.ack_limit()
+        if limit is not None:
+            lsn = min(lsn, limit)
+        self._stream.ack(lsn)
+        self._manager.acked(lsn)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class CopyManager:
+    def __init__(
+        self,
+        settings: Settings,
+        state: StateStore,
+        lake: Any,
+        catalog: Catalog,
+        spark: Callable[[], SparkSession],
+        fs_options: Mapping[str, str],
+        *,
+        max_parallel: int = 2,
+        progress: ProgressBoard | None = None,
+        on_commit: Callable[[int], None] | None = None,
+        base_types: Callable[[list[int]], Mapping[int, tuple[int, int]]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.lake = lake
+        self.catalog = catalog
+        self._spark = spark
+        self.fs_options = dict(fs_options)
+        self.max_parallel = max_parallel
+        self.progress = progress or ProgressBoard(settings.source_url)
+        self.on_commit = on_commit
+        self.base_types = base_types
+        self._lock = threading.Lock()
+        self._catalog_lock = threading.Lock()
+        self._blocked: set[Name] = set()
+        self._holds: dict[Name, int] = {}
+        self._outcomes: list[Outcome] = []
+        self._queue: queue.Queue[_Batch | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._position = 0  # the highest LSN acknowledged to the slot by this process
+        self._next_resync_poll = 0.0
+
+    # ---- pipeline thread --------------------------------------------------------------
+
+    def start(self, source: Any) -> None:
+        """Recover interrupted copies, then start copying every included published table
+        that is not ready. Uses the snapshot of a slot created just now, if any."""
+        anchor: SnapshotAnchor | None = getattr(source, "initial_snapshot", None)
+        source.initial_snapshot = None
+        conn = sql_connect(self.settings.source_url)
+        try:
+            if anchor is not None:
+                position = anchor.seam
+            else:
+                slot = setup.slot_position(conn, self.settings.slot)
+                position = slot.confirmed_flush_lsn or 0 if slot is not None else 0
+            self._position = position
+            self._recover()
+            published = setup.publication_tables(
+                conn,
+                self.settings.publication,
+                self.settings.include_tables,
+                self.settings.exclude_tables,
+            )
+        finally:
+            conn.close()
+        needed: list[Name] = []
+        for t in published:
+            current = self.state.table(t.schema, t.name)
+            if current is None:
+                self.state.register(t.schema, t.name, t.relation_id, "pending")
+            if current is None or current.status != "ready":
+                needed.append((t.schema, t.name))
+        for current in self.state.tables():  # pending tables no longer published stay blocked
+            if current.status != "ready":
+                self._blocked.add((current.schema, current.name))
+        if needed:
+            log(logger, "copy needed", tables=len(needed), hold=format_lsn(position))
+            self._submit(tuple(needed), anchor, position)
+        elif anchor is not None:
+            anchor.close()
+
+    def hold(self, stream: Any) -> HeldStream:
+        return HeldStream(stream, self)
+
+    def blocked(self, schema: str, name: str) -> bool:
+        return (schema, name) in self._blocked
+
+    def relation(self, rel: Relation, key: TableKey) -> None:
+        """The stream names a table (first time in this process): ready tables update their
+        relation id; a table never copied is blocked and copied now."""
+        name = (rel.namespace, rel.name)
+        if name in self._blocked:
+            return
+        current = self.state.table(*name)
+        if current is not None and current.status == "ready":
+            self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
+            return
+        self.state.register(rel.namespace, rel.name, rel.relation_id, "pending")
+        log(logger, "new table in the stream, copying it", table=f"{name[0]}.{name[1]}")
+        self._submit((name,), None, self._position)
+
+    def ack_limit(self) -> int | None:
+        with self._lock:
+            return min(self._holds.values()) if self._holds else None
+
+    def acked(self, lsn: int) -> None:
+        self._position = max(self._position, lsn)
+
+    def due(self, now: float) -> bool:
+        """Something for `step`: a copy finished, or it is time to look for resync requests."""
+        with self._lock:
+            if self._outcomes:
+                return True
+        if now >= self._next_resync_poll:
+            self._next_resync_poll = now + RESYNC_POLL_SECONDS
+            return True
+        return False
+
+    def step(self) -> bool:
+        """Take finished copies and resync requests; call right after a flush. True when
+        a copy committed: restart the stream so the slot re-sends the held changes."""
+        with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+        restart = False
+        for outcome in outcomes:
+            with self._lock:
+                self._holds.pop(outcome.name, None)
+            if outcome.error is not None:
+                continue  # stays blocked and pending; retried at the next start or resync
+            self._blocked.discard(outcome.name)
+            self.lake.load([outcome.name])
+            self._record_watermark(outcome.frontier or 0)
+            restart = True
+        requested = [n for n in self.state.take_resync_requests() if n not in self._holds]
+        if requested:
+            for schema, name in requested:
+                if self.state.table(schema, name) is None:
+                    self.state.register(schema, name, 0, "pending")
+            log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in requested))
+            self._submit(tuple(requested), None, self._position)
+        return restart
+
+    def close(self) -> None:
+        """Stop showing progress. A running copy is not waited for: the process is ending,
+        and the next start finds it interrupted (its files are removed, it runs again)."""
+        self._queue.put(None)
+        self.progress.close()
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _submit(self, names: tuple[Name, ...], anchor: SnapshotAnchor | None, hold: int) -> None:
+        with self._lock:
+            for name in names:
+                self._blocked.add(name)
+                self._holds[name] = min(hold, self._holds.get(name, hold))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="streambed-copy", daemon=True)
+            self._thread.start()
+        self._queue.put(_Batch(names, anchor))
+
+    def _record_watermark(self, frontier: int) -> None:
+        latest = self.state.latest_watermark()
+        lsn = max(frontier, latest.lsn if latest is not None else 0)
+        every = {f"{s}.{n}": loc for (s, n), loc in self.lake.metadata_locations().items()}
+        self.state.record_watermark(lsn, every)
+        if self.on_commit is not None:
+            self.on_commit(lsn)
+
+    def _recover(self) -> None:
+        for schema, name, run_id, _, seam in self.state.copies():
+            if discard_uncommitted(self.catalog, schema, name, run_id, self.fs_options):
+                self.state.abandon_copy(schema, name)
+                log(logger, "interrupted copy removed", table=f"{schema}.{name}", run=run_id)
+                continue
+            table = self.catalog.load_table((schema, name))
+            self.state.finish_copy(schema, name, seam - 1, table.metadata_location)
+            log(logger, "interrupted copy had committed", table=f"{schema}.{name}", run=run_id)
+
+    def _work(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            try:
+                self._copy_batch(batch)
+            except Exception as e:  # never let the copy thread die silently
+                error = e if isinstance(e, StreambedError) else StreambedError(f"copy failed: {e}")
+                logger.exception("copy failed")
+                self._finish_all(batch.names, error)
+
+    def _copy_batch(self, batch: _Batch) -> None:
+        try:
+            anchor = batch.anchor or SnapshotAnchor.from_temporary_slot(self.settings.source_url)
+        except StreambedError as e:
+            self._finish_all(batch.names, e)
+            return
+        try:
+            infos: list[TableInfo] = []
+            for schema, name in batch.names:
+                try:
+                    info = table_info(anchor.conn, schema, name)
+                    if self.base_types is not None:  # domains are stored as their base type
+                        bases = self.base_types([c.type_oid for c in info.relation.columns])
+                        info = replace(info, relation=with_base_types(info.relation, bases))
+                    infos.append(info)
+                except StreambedError as e:
+                    self._fail((schema, name), e)
+            spark = self._spark() if infos else None
+            with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
+                for info in infos:
+                    pool.submit(self._copy_one, spark, info, anchor)
+        finally:
+            anchor.close()
+
+    def _copy_one(self, spark: Any, info: TableInfo, anchor: SnapshotAnchor) -> None:
+        name = (info.schema, info.name)
+        run_id = uuid.uuid4().hex[:12]
+        try:
+            with self._catalog_lock:  # the embedded catalog does not take concurrent DDL
+                table = lake_table(self.catalog, info)
+            self.state.begin_copy(
+                info.schema,
+                info.name,
+                info.relation.relation_id,
+                run_id,
+                output_dir(table, run_id),
+                anchor.seam,
+            )
+            self.progress.start(info.qualified, run_id, info.estimated_rows)
+            log(logger, "copy started", table=info.qualified, seam=format_lsn(anchor.seam))
+            result = copy_table(
+                spark,
+                table,
+                info,
+                url=self.settings.source_url,
+                snapshot=anchor.snapshot_name,
+                frontier=anchor.frontier,
+                run_id=run_id,
+                fs_options=self.fs_options,
+            )
+        except Exception as e:
+            error = e if isinstance(e, StreambedError) else StreambedError(str(e))
+            discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
+            self.progress.finish(info.qualified, None, failed=True)
+            self._fail(name, error)
+            return
+        self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
+        self.progress.finish(info.qualified, result.rows)
+        log(
+            logger,
+            "copy committed",
+            table=info.qualified,
+            rows=result.rows,
+            files=result.files,
+            seconds=f"{result.seconds:.1f}",
+            frontier=format_lsn(result.frontier),
+        )
+        with self._lock:
+            self._outcomes.append(Outcome(name, frontier=result.frontier))
+
+    def _fail(self, name: Name, error: StreambedError) -> None:
+        if self.state.table(*name) is not None:
+            self.state.abandon_copy(*name)
+        log(
+            logger,
+            "copy failed; the table stays pending (retried at the next start or by "
+            "`streambed resync`)",
+            logging.ERROR,
+            table=f"{name[0]}.{name[1]}",
+            error=str(error),
+        )
+        with self._lock:
+            self._outcomes.append(Outcome(name, error=error))
+
+    def _finish_all(self, names: tuple[Name, ...], error: StreambedError) -> None:
+        for name in names:
+            self._fail(name, error)

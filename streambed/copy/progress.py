@@ -1,0 +1,192 @@
+"""Copy progress per table: rows copied, rows/s and ETA.
+
+Rows are counted where they are produced, in the source: `pg_stat_progress_copy` shows each
+running COPY's `tuples_processed`, and every copy worker's connection is named
+`streambed-copy <run id>/<partition>` (application_name), so one query per interval from
+the driver sees every worker, on one machine or a cluster. A finished partition keeps the
+last count seen; a table's count becomes exact when its copy commits. The ETA divides the
+rows left, estimated from `pg_class.reltuples`, by the rate so far.
+
+On a terminal (stderr is a tty) the lines are redrawn in place every second; otherwise one
+log line per table every `log_interval` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import psycopg
+
+from streambed.copy.session import copy_connect
+from streambed.log import log
+
+logger = logging.getLogger("streambed.copy")
+
+
+@dataclass
+class TableProgress:
+    qualified: str
+    run_id: str
+    estimated_rows: int
+    started: float = field(default_factory=time.monotonic)
+    parts: dict[int, int] = field(default_factory=dict)
+    finished: float | None = None
+    final_rows: int | None = None
+    failed: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.final_rows if self.final_rows is not None else sum(self.parts.values())
+
+    def rate(self, now: float) -> float:
+        elapsed = (self.finished or now) - self.started
+        return self.rows / elapsed if elapsed > 0 else 0.0
+
+    def eta(self, now: float) -> float | None:
+        if self.finished is not None:
+            return 0.0
+        rate = self.rate(now)
+        if rate <= 0 or self.estimated_rows <= 0:
+            return None
+        return max(0.0, (self.estimated_rows - self.rows) / rate)
+
+    def line(self, now: float) -> str:
+        state = "failed" if self.failed else ("done" if self.finished is not None else "copying")
+        eta = self.eta(now)
+        eta_text = "-" if eta is None else f"{eta:.0f}s"
+        total = f"/~{self.estimated_rows:,}" if self.estimated_rows else ""
+        return (
+            f"{self.qualified:40} {state:7} {self.rows:>12,}{total} rows "
+            f"{self.rate(now):>10,.0f} rows/s  eta {eta_text}"
+        )
+
+
+def parse_progress(rows: list[tuple[Any, ...]]) -> dict[str, dict[int, int]]:
+    """(application_name, tuples_processed) rows → run id → partition → rows. Pure."""
+    out: dict[str, dict[int, int]] = {}
+    for name, tuples in rows:
+        if not isinstance(name, str) or not name.startswith("streambed-copy "):
+            continue
+        run_id, _, part = name[len("streambed-copy ") :].partition("/")
+        if part.isdigit():
+            out.setdefault(run_id, {})[int(part)] = int(tuples or 0)
+    return out
+
+
+class ProgressBoard:
+    """Tracks running copies; a background thread polls the source and shows progress."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        out: TextIO | None = None,
+        interval: float = 1.0,
+        log_interval: float = 10.0,
+    ) -> None:
+        self.url = url
+        self.out = out if out is not None else sys.stderr
+        self.live = bool(getattr(self.out, "isatty", lambda: False)())
+        self.interval = interval
+        self.log_interval = log_interval
+        self._tables: dict[str, TableProgress] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._drawn = 0
+        self._last_log = 0.0
+
+    def start(self, qualified: str, run_id: str, estimated_rows: int) -> None:
+        with self._lock:
+            self._tables[qualified] = TableProgress(qualified, run_id, estimated_rows)
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="streambed-copy-progress", daemon=True
+                )
+                self._thread.start()
+
+    def finish(self, qualified: str, rows: int | None, failed: bool = False) -> None:
+        with self._lock:
+            t = self._tables.get(qualified)
+            if t is None:
+                return
+            t.finished = time.monotonic()
+            t.final_rows = rows
+            t.failed = failed
+            line = t.line(t.finished)
+        log(logger, "copy finished" if not failed else "copy failed", progress=line.strip())
+
+    def snapshot(self) -> list[TableProgress]:
+        with self._lock:
+            return list(self._tables.values())
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _active(self) -> bool:
+        with self._lock:
+            return any(t.finished is None for t in self._tables.values())
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while not self._stop.wait(self.interval):
+                if conn is None or conn.closed:
+                    try:
+                        conn = copy_connect(self.url, "streambed-copy-progress")
+                        conn.autocommit = True
+                    except Exception:
+                        conn = None
+                        continue
+                try:
+                    rows = conn.execute(
+                        "SELECT a.application_name, p.tuples_processed "
+                        "FROM pg_stat_progress_copy p JOIN pg_stat_activity a USING (pid) "
+                        "WHERE a.application_name LIKE 'streambed-copy %%'"
+                    ).fetchall()
+                except psycopg.Error:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.close()
+                    conn = None
+                    continue
+                self._update(parse_progress(rows))
+                self._show()
+                if not self._active():
+                    self._show(final=True)
+                    return
+        finally:
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+
+    def _update(self, seen: dict[str, dict[int, int]]) -> None:
+        with self._lock:
+            for t in self._tables.values():
+                for part, rows in seen.get(t.run_id, {}).items():
+                    t.parts[part] = max(t.parts.get(part, 0), rows)
+
+    def _show(self, final: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            tables = [t for t in self._tables.values() if t.finished is None or self.live]
+            lines = [t.line(now) for t in tables]
+        if self.live:
+            up = f"\x1b[{self._drawn}F" if self._drawn else ""
+            self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
+            self.out.flush()
+            self._drawn = len(lines)
+            if final:
+                self._drawn = 0
+        elif now - self._last_log >= self.log_interval and not final:
+            self._last_log = now
+            for line in lines:
+                log(logger, "copy progress", progress=line.strip())

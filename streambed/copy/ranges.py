@@ -1,0 +1,64 @@
+"""ctid block ranges of a table and the COPY statement that reads one of them. Pure.
+
+A partition is a half-open range of heap blocks `[start, end)`; the last one has no end, so
+rows on blocks added after the size was read are still copied (under the snapshot they are
+invisible anyway, but the block count may be an old estimate). PG14+ runs
+`ctid >= '(a,0)' AND ctid < '(b,0)'` as a TID range scan: each partition reads only its blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from psycopg import sql
+
+BLOCKS_PER_PARTITION: Final = 8192
+"""64 MiB of heap (8 kB blocks) per partition: big enough that task overhead is small."""
+
+
+@dataclass(frozen=True)
+class BlockRange:
+    start: int
+    end: int | None  # exclusive; None: to the end of the table
+
+    def predicate(self) -> str:
+        low = f"ctid >= '({self.start},0)'::tid"
+        if self.end is None:
+            return low
+        return f"{low} AND ctid < '({self.end},0)'::tid"
+
+
+def block_ranges(
+    blocks: int, min_partitions: int = 1, blocks_per_partition: int = BLOCKS_PER_PARTITION
+) -> list[BlockRange]:
+    """Split `blocks` heap blocks into ranges of at most `blocks_per_partition` blocks, and
+    into at least `min_partitions` ranges when there are that many blocks. The ranges tile
+    [0, ∞): the first starts at 0, each starts where the previous ends, the last is open."""
+    if blocks_per_partition < 1:
+        raise ValueError("blocks_per_partition must be positive")
+    blocks = max(0, blocks)
+    count = max(1, -(-blocks // blocks_per_partition), min(max(1, min_partitions), blocks))
+    size = -(-blocks // count) if blocks else 1
+    starts = [i * size for i in range(count) if i * size < max(blocks, 1)]
+    ranges = [BlockRange(s, e) for s, e in itertools.pairwise(starts)]
+    ranges.append(BlockRange(starts[-1], None))
+    return ranges
+
+
+def copy_statement(
+    schema: str, table: str, columns: Sequence[str], block_range: BlockRange
+) -> sql.Composed:
+    """`COPY (SELECT <columns> FROM schema.table WHERE <ctid range>) TO STDOUT (FORMAT csv)`.
+
+    CSV carries each value in the text form of the type's output function, as pgoutput
+    does; NULL is an unquoted empty field and an empty string a quoted one.
+    """
+    return sql.SQL("COPY (SELECT {} FROM {}.{} WHERE {}) TO STDOUT (FORMAT csv)").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.Identifier(schema),
+        sql.Identifier(table),
+        sql.SQL(block_range.predicate()),
+    )

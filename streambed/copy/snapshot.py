@@ -1,0 +1,88 @@
+"""Snapshots to copy under, and their seams.
+
+A slot created with `SNAPSHOT 'export'` exports a snapshot that is valid only until its
+replication connection runs its next command or closes. `SnapshotAnchor.adopt` imports it on
+an ordinary SQL connection at once (while the replication connection stays idle) and exports
+it again with `pg_export_snapshot()`: the copy workers import the anchor's snapshot, which
+lives as long as the anchor's transaction, so the replication connection is free to stream
+(or, for a temporary slot, to close and drop the slot) right away.
+
+The seam is the slot's consistent point: the snapshot holds exactly the transactions whose
+commit record lies before it, and the stream sends every transaction whose commit record is
+at or after it. A copied table is therefore committed with frontier `seam - 1`: the buffer
+skips changes with commit LSN <= frontier, i.e. those the copy already holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from streambed.copy.session import copy_connect
+from streambed.errors import Kind, SourceError
+from streambed.log import log
+from streambed.lsn import format_lsn, parse_lsn
+from streambed.replication.connection import ReplicationConnection
+
+logger = logging.getLogger("streambed.copy")
+
+
+@dataclass
+class SnapshotAnchor:
+    """An open REPEATABLE READ transaction holding a snapshot that copy workers import."""
+
+    conn: psycopg.Connection[Any]
+    snapshot_name: str  # what workers pass to SET TRANSACTION SNAPSHOT
+    seam: int  # the consistent point of the slot the snapshot came from
+
+    @property
+    def frontier(self) -> int:
+        """The frontier a table copied under this snapshot gets."""
+        return self.seam - 1
+
+    @classmethod
+    def adopt(cls, url: str, exported: str, seam: int) -> SnapshotAnchor:
+        """Import `exported` now and re-export it. Call before the exporting replication
+        connection runs another command."""
+        conn = copy_connect(url, "streambed-copy anchor")
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported)))
+            row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+        except psycopg.Error as e:
+            conn.close()
+            raise SourceError(
+                f"cannot import the exported snapshot {exported}: {' '.join(str(e).split())}; "
+                "the tables stay pending and are copied at the next start",
+                kind=Kind.SOURCE_SETUP,
+            ) from e
+        assert row is not None
+        return cls(conn, str(row[0]), seam)
+
+    @classmethod
+    def from_temporary_slot(cls, url: str) -> SnapshotAnchor:
+        """A fresh snapshot and seam for tables copied while the main slot streams: a
+        TEMPORARY slot with an exported snapshot, adopted, then dropped (the slot goes with
+        its connection). Its consistent point is the seam."""
+        name = f"streambed_copy_{uuid.uuid4().hex[:12]}"
+        with ReplicationConnection.connect(url) as replication:
+            res = replication.execute(
+                f"CREATE_REPLICATION_SLOT {name} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')",
+                f"creating the temporary replication slot {name} for a copy",
+            )
+            consistent = (res.get_value(0, 1) or b"").decode()
+            exported = (res.get_value(0, 2) or b"").decode()
+            anchor = cls.adopt(url, exported, parse_lsn(consistent))
+        log(logger, "copy snapshot taken", seam=format_lsn(anchor.seam))
+        return anchor
+
+    def close(self) -> None:
+        """End the anchor transaction (after every worker imported or finished)."""
+        with contextlib.suppress(psycopg.Error):
+            self.conn.close()
