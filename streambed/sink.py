@@ -27,13 +27,12 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.table import Table
 
 from streambed.changes import TableDelta, TableKey
 from streambed.errors import Kind, StreambedError
 from streambed.failpoints import failpoint
-from streambed.lake.commit import commit, frontier
+from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
 from streambed.lake.evolve import OnIncompatible, evolve_table
 from streambed.lake.files import FileInfo, data_files, file_info, write_parquet
@@ -188,9 +187,7 @@ class IcebergSink:
                 pending.removed.add(path)
         for path in added:
             pending.added.append(path)
-            pending.infos[path] = file_info(
-                table, parquet_file_to_data_file(table.io, table.metadata, path)
-            )
+            pending.infos[path] = file_info(table, data_file(table.io, table.metadata, path))
 
     # ---- table layout -------------------------------------------------------------------
 

@@ -20,9 +20,12 @@ from pyiceberg.exceptions import (
     CommitStateUnknownException,
     ValidationException,
 )
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
 
 from streambed.errors import Kind, StateError, StorageError, StreambedError
 from streambed.lake.files import current_data_files
@@ -135,7 +138,7 @@ def _already_committed(
 
 def _data_file(table: Table, path: str) -> DataFile:
     try:
-        return parquet_file_to_data_file(table.io, table.metadata, path)
+        return data_file(table.io, table.metadata, path)
     except ValueError as e:
         raise StreambedError(
             f"{'.'.join(table.name())}: {path} does not match the table schema: {e}",
@@ -143,3 +146,29 @@ def _data_file(table: Table, path: str) -> DataFile:
         ) from e
     except OSError as e:
         raise StorageError(f"cannot read the footer of {path}: {e}") from e
+
+
+def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
+    """The DataFile (with column metrics) of a written Parquet file.
+
+    pyiceberg turns each column's min/max into Python objects, which cannot hold dates
+    and times outside years 1..9999, infinities or 24:00:00. When a file has such
+    values, its date/time columns get no bounds (metrics mode "none" for them): readers
+    and `plan_merge` then treat those columns as unbounded, which is always correct.
+    """
+    try:
+        return parquet_file_to_data_file(io, metadata, path)
+    except (OverflowError, ValueError) as e:
+        if (
+            isinstance(e, ValueError)
+            and "out of range" not in str(e)
+            and "must be in" not in str(e)
+        ):
+            raise
+    properties = dict(metadata.properties)
+    for field in metadata.schema().fields:
+        if isinstance(field.field_type, DateType | TimeType | TimestampType | TimestamptzType):
+            properties[f"write.metadata.metrics.column.{field.name}"] = "none"
+    return parquet_file_to_data_file(
+        io, metadata.model_copy(update={"properties": properties}), path
+    )

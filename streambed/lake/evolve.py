@@ -32,14 +32,13 @@ from typing import Final, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
 from streambed.changes import TableKey
 from streambed.errors import SchemaError
-from streambed.lake.commit import SUMMARY_LSN, frontier
+from streambed.lake.commit import SUMMARY_LSN, data_file, frontier
 from streambed.lake.files import current_data_files, write_parquet
 from streambed.lake.source_catalog import SourceColumn
 from streambed.lake.storage import resolve
@@ -214,12 +213,10 @@ def evolve_table(
                 snapshot_properties={} if lsn is None else {SUMMARY_LSN: str(lsn)}
             )
             with update_snapshot.overwrite() as overwrite:
-                for data_file in live.values():
-                    overwrite.delete_data_file(data_file)
+                for old_file in live.values():
+                    overwrite.delete_data_file(old_file)
                 for path in written:
-                    overwrite.append_data_file(
-                        parquet_file_to_data_file(table.io, tx.table_metadata, path)
-                    )
+                    overwrite.append_data_file(data_file(table.io, tx.table_metadata, path))
     table.refresh()
     return table
 

@@ -129,6 +129,8 @@ def spark_arrow_type(t: pa.DataType) -> pa.DataType:
     """The Arrow type Spark exchanges for a column of table type `t`."""
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz="UTC" if t.tz is not None else None)
+    if pa.types.is_time(t):
+        return pa.time64("ns")  # Spark's TIME exchanges nanoseconds
     if pa.types.is_fixed_size_binary(t) or pa.types.is_large_binary(t):
         return pa.binary()
     if pa.types.is_large_string(t):

@@ -258,8 +258,10 @@ def encode_text_column(
         return [None] * len(array)
     if pa.types.is_boolean(data_type):
         return _as_bytes(pc.if_else(array, "t", "f"))
-    if pa.types.is_integer(data_type) or pa.types.is_decimal(data_type):
+    if pa.types.is_integer(data_type):
         return _as_bytes(pc.cast(array, pa.string()))
+    if pa.types.is_decimal(data_type):
+        return _decimal_column(array)
     if pa.types.is_floating(data_type):
         single = pa.types.is_float32(data_type) or pa.types.is_float16(data_type)
         return _float_column(array, single)
@@ -402,6 +404,16 @@ def _extended_timestamps(array: pa.Array, tz: str) -> Encoded:
         return offsets[hour]
 
     return [None if v is None else format_timestamp(v, offset(v)).encode() for v in _ints(array)]
+
+
+def _decimal_column(array: pa.Array) -> Encoded:
+    """Decimals in plain notation with all scale digits, as Postgres prints numerics
+    (Arrow writes small magnitudes in exponent form: -1E-10)."""
+    out = _as_bytes(pc.cast(array, pa.string()))
+    for i, text in enumerate(out):
+        if text is not None and b"E" in text:
+            out[i] = f"{Decimal(text.decode()):f}".encode()
+    return out
 
 
 def _as_bytes(array: pa.Array) -> Encoded:
