@@ -333,7 +333,7 @@ class Pipeline:
             self.state.set_frontier(schema, name, commit_lsn, location)
         if deltas:
             every = {f"{s}.{n}": loc for (s, n), loc in self.sink.metadata_locations().items()}
-            self.state.record_watermark(commit_lsn, every)
+            self.state.record_watermark(self._watermark_lsn(commit_lsn), every)
         failpoint("after_state_before_ack")
         if stream is not None and end_lsn is not None:  # 4: acknowledge
             stream.ack(end_lsn)
@@ -364,6 +364,14 @@ class Pipeline:
         return ChangeBuffer(
             self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier, stage
         )
+
+    def _watermark_lsn(self, commit_lsn: int) -> int:
+        """Watermarks only move forward. After a copy the stream re-reads from an earlier
+        position (see the module doc), so a flush may commit below the last watermark; the
+        lake then holds at least what that watermark promised, at the watermark's LSN."""
+        latest = getattr(self.state, "latest_watermark", None)
+        mark = latest() if latest is not None else None
+        return commit_lsn if mark is None else max(commit_lsn, mark.lsn)
 
     def _frontier(self, schema: str, name: str) -> int | None:
         if self.copier is not None and self.copier.blocked(schema, name):
