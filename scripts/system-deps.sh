@@ -12,6 +12,9 @@ fi
 if ! command -v psql >/dev/null 2>&1; then
   need+=(postgresql-client)
 fi
+if [ ! -e /usr/share/java/postgresql.jar ] || ! command -v javac >/dev/null 2>&1; then
+  need+=(libpostgresql-jdbc-java openjdk-17-jdk-headless)  # pgjdbc probe in tests/integration/wire
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   SUDO=""

