@@ -29,14 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streambed.config import Settings  # noqa: E402
-from streambed.copy.catalog import table_info  # noqa: E402
-from streambed.copy.client import find_psql  # noqa: E402
-from streambed.copy.job import copy_table, lake_table  # noqa: E402
-from streambed.copy.snapshot import SnapshotAnchor  # noqa: E402
-from streambed.lake.catalog import open_catalog  # noqa: E402
-from streambed.merge.spark_session import get_spark, stop_spark  # noqa: E402
-from tests.fixtures.postgres import ThrowawayPostgres  # noqa: E402
+from streambed.config import Settings
+from streambed.copy.catalog import table_info
+from streambed.copy.client import find_psql
+from streambed.copy.job import copy_table, lake_table
+from streambed.copy.snapshot import SnapshotAnchor
+from streambed.lake.catalog import open_catalog
+from streambed.merge.spark_session import get_spark, stop_spark
+from tests.fixtures.postgres import ThrowawayPostgres
 
 
 def _timed(fn: object) -> float:
@@ -101,7 +101,7 @@ def main() -> None:
                 if not scanner.exists():
                     scanner.write_bytes(Path(extension).read_bytes())
 
-                def scan() -> None:
+                def scan(scanner: Path = scanner, scale: int = scale) -> None:
                     db = duckdb.connect(config={"allow_unsigned_extensions": "true"})
                     db.execute(f"LOAD '{scanner}'")
                     db.execute(f"ATTACH '{url}' AS src (TYPE postgres, READ_ONLY)")
