@@ -137,7 +137,43 @@ def numeric_binary(value: Decimal) -> bytes:
     )
 
 
+_NUMERIC_HEADER = struct.Struct("!hhHH")
+
+
+def numeric_binary_text(text: str) -> bytes:
+    """numeric send format from a decimal string ("-123.4500"), without Decimal for the plain
+    notation: the per-value work of the binary numeric column. Arrow writes some values in
+    exponent notation ("0E-7"); those go through Decimal."""
+    if "E" in text:
+        return numeric_binary(Decimal(text))
+    negative = text.startswith("-")
+    if negative:
+        text = text[1:]
+    whole, _, fraction = text.partition(".")
+    whole = whole.lstrip("0")
+    whole = "0" * (-len(whole) % 4) + whole
+    padded = fraction + "0" * (-len(fraction) % 4)
+    digits = whole + padded
+    groups = [int(digits[i : i + 4]) for i in range(0, len(digits), 4)]
+    weight = len(whole) // 4 - 1
+    first = 0
+    while first < len(groups) and groups[first] == 0:
+        first += 1
+    last = len(groups)
+    while last > first and groups[last - 1] == 0:
+        last -= 1
+    groups = groups[first:last]
+    weight = weight - first if groups else 0
+    header = _NUMERIC_HEADER.pack(
+        len(groups), weight, 0x4000 if negative and groups else 0, len(fraction)
+    )
+    return header + struct.pack(f"!{len(groups)}H", *groups)
+
+
 def _numeric(array: pa.Array) -> Fields:
+    if pa.types.is_decimal(array.type) or pa.types.is_integer(array.type):
+        texts = pc.cast(array, pa.string()).to_pylist()
+        return _prefixed([None if t is None else numeric_binary_text(t) for t in texts])
     out: list[bytes | None] = []
     for v in array.to_pylist():
         out.append(None if v is None else numeric_binary(Decimal(v)))
