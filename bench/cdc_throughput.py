@@ -21,6 +21,7 @@ running streambed has it warm).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--txn-rows", type=int, default=10_000)
     parser.add_argument("--updates", type=int, default=100_000)
     args = parser.parse_args()
-    setup("warning")
+    setup(os.environ.get("BENCH_LOG", "warning"))
     with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory() as data_dir:
         url = pg.url()
         pg.psql(

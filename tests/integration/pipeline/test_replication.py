@@ -23,7 +23,7 @@ CREATE TABLE shop.words (word text PRIMARY KEY, n bigint, note varchar(20));
 def execute(url: str, *statements: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for statement in statements:
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
 
 
 def start(d: Deployment) -> None:
@@ -40,7 +40,8 @@ def test_every_kind_of_change_lands_exactly(any_deployment: Deployment) -> None:
         "INSERT INTO ints SELECT g, 'name ' || g, g * 1.25, "
         "'2024-01-01 00:00:00+00'::timestamptz + g * interval '1 minute' "
         "FROM generate_series(1, 5000) g",
-        "INSERT INTO pairs SELECT g % 50, 'b' || (g / 50), 'v' || g FROM generate_series(1, 2000) g",
+        "INSERT INTO pairs SELECT g % 50, 'b' || (g / 50), 'v' || g "
+        "FROM generate_series(1, 2000) g",
         "INSERT INTO shop.words SELECT 'w' || g, g, NULL FROM generate_series(1, 300) g",
     )
     # A multi-table transaction, then updates (with key changes) and deletes.
