@@ -225,11 +225,12 @@ class IcebergSink:
         if table is None:
             table = ensure_table(self.catalog, relation, key)
             if self.source is not None:
+                names = [c.name for c in relation.columns]
                 table = evolve_table(
                     table,
                     relation,
                     key,
-                    self.source.columns(relation.relation_id),
+                    self.source.columns(relation.relation_id, names),
                     self.on_incompatible,
                 )
         else:
@@ -238,7 +239,10 @@ class IcebergSink:
                     f"{name[0]}.{name[1]} changed layout between parts of one transaction",
                     kind=Kind.INTERNAL,
                 )
-            columns = None if self.source is None else self.source.columns(relation.relation_id)
+            columns = None
+            if self.source is not None:
+                lake_names = {f.name for f in table.schema().fields}
+                columns = self.source.columns(relation.relation_id, lake_names)
             table = evolve_table(table, relation, key, columns, self.on_incompatible)
         self._tables[name] = table
         self._layouts[name] = (relation, key)

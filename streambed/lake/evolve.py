@@ -140,6 +140,11 @@ def plan_schema_change(
             widen.append((name, new_type))
         else:
             retypes.append((name, old_type, new_type))
+    # Attnums of the resulting columns: the source's where it knows the name (it may have
+    # moved on: a later rename), else what the lake recorded under the old name.
+    recorded = {new: attnums[old] for old, new in renames if old in attnums}
+    recorded.update({n: a for n, a in attnums.items() if n in wanted})
+    recorded.update(new_attnums)
     key_names = tuple(relation.columns[i].name for i in key.columns)
     renamed_key = tuple(dict(renames).get(k, k) for k in lake_key)
     return SchemaPlan(
@@ -149,7 +154,7 @@ def plan_schema_change(
         widens=tuple(widen),
         retypes=tuple(retypes),
         key=None if key_names == renamed_key else key_names,
-        attnums=new_attnums if new_attnums else dict(attnums),
+        attnums={n: recorded[n] for n in wanted if n in recorded},
     )
 
 

@@ -17,11 +17,18 @@ docs/types.md, "Schema changes", for what that means).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 logger = logging.getLogger("streambed.lake")
+
+# A column default that is a constant: a literal with optional casts, a number, a boolean.
+_CONSTANT = re.compile(
+    r"^\(?(?:'(?:[^']|'')*'|-?[0-9.]+(?:e[+-]?[0-9]+)?|true|false)\)?(?:::[a-z0-9_ .\[\]()\"]+)*$",
+    re.IGNORECASE,
+)
 
 FIRST_USER_OID = 16384
 """OIDs below this are built-in types (never domains)."""
@@ -43,8 +50,11 @@ class SourceColumn:
 
 
 class SourceCatalog(Protocol):
-    def columns(self, relation_id: int) -> dict[str, SourceColumn] | None:
-        """name → column for the table's live columns; None when the table is gone."""
+    def columns(
+        self, relation_id: int, missing_known: Collection[str] = ()
+    ) -> dict[str, SourceColumn] | None:
+        """name → column for the table's live columns; None when the table is gone.
+        `missing` is looked up for columns not in `missing_known` (the lake has them)."""
         ...
 
     def base_types(self, type_oids: Collection[int]) -> dict[int, tuple[int, int]]:
@@ -61,7 +71,9 @@ class PostgresCatalog:
         self._conn: Any = None
         self._bases: dict[int, tuple[int, int] | None] = {}
 
-    def columns(self, relation_id: int) -> dict[str, SourceColumn] | None:
+    def columns(
+        self, relation_id: int, missing_known: Collection[str] = ()
+    ) -> dict[str, SourceColumn] | None:
         rows = self._query(
             "SELECT a.attnum, a.attname, a.atthasmissing, "
             "format_type(a.atttypid, NULL), a.atttypid FROM pg_attribute a "
@@ -73,15 +85,28 @@ class PostgresCatalog:
         out: dict[str, SourceColumn] = {}
         for attnum, name, has_missing, type_name, _ in rows:
             missing: str | None = None
-            if has_missing:
+            if name in missing_known:
+                pass
+            elif has_missing:
                 # attmissingval is a one-element array of the column's type: take the
                 # element's own text form.
-                value = self._query(
-                    f"SELECT (attmissingval::text::{type_name}[])[1]::text FROM pg_attribute "
-                    "WHERE attrelid = %s AND attnum = %s",
-                    (relation_id, attnum),
+                # Read in text format: the type's output function, what pgoutput sends
+                # (bool::text would give 'true', the output function 't').
+                missing = self._text(
+                    f"SELECT (attmissingval::text::{type_name}[])[1] FROM pg_attribute "
+                    f"WHERE attrelid = {int(relation_id)} AND attnum = {int(attnum)}"
                 )
-                missing = value[0][0] if value else None
+            else:
+                # A later table rewrite in the source (ALTER COLUMN TYPE, VACUUM FULL)
+                # materialises the fast default into the rows and forgets it; a constant
+                # column default is then the best account of what old rows hold.
+                default = self._text(
+                    "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                    f"WHERE adrelid = {int(relation_id)} AND adnum = {int(attnum)}"
+                )
+                if default is not None and _CONSTANT.match(default):
+                    missing = self._text(f"SELECT ({default})::{type_name}")
+                    has_missing = missing is not None
             out[str(name)] = SourceColumn(int(attnum), str(name), bool(has_missing), missing)
         return out
 
@@ -112,6 +137,15 @@ class PostgresCatalog:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _text(self, sql: str) -> str | None:
+        """The first value of `sql`'s result in Postgres text format (None for NULL)."""
+        self._query("SELECT 1", ())  # connects (and reconnects) like every other lookup
+        result = self._conn.pgconn.exec_(sql.encode())
+        if result.ntuples == 0:
+            return None
+        value = result.get_value(0, 0)
+        return None if value is None else bytes(value).decode()
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         import psycopg
