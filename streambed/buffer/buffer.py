@@ -68,6 +68,9 @@ class ChangeBuffer:
     ones. `drain()` hands over every dirty table at the same commit LSN.
     """
 
+    part_check_ops = 4096
+    """With `stage`, how many changes are applied between two checks of a table's size."""
+
     def __init__(
         self,
         spill_dir: Path,
@@ -292,8 +295,14 @@ class ChangeBuffer:
                             table = targets[rid]
                         else:
                             table = targets[rid] = self._target(rid, commit_lsn)
-                        if table is not None:
+                        if table is None:
+                            continue
+                        if self._stage_part is None:
                             self._apply(rid, table, ops)
+                            continue
+                        step = self.part_check_ops
+                        for start in range(0, len(ops), step):
+                            self._apply(rid, table, ops[start : start + step])
                             if table.bytes > self._txn_memory_bytes:
                                 self._hand_over(table, commit_lsn)
                 self._last_commit_lsn = commit_lsn
