@@ -450,6 +450,10 @@ class LakeDatabase:
         conn = self._conn
         load_extensions(conn)
         conn.execute("SET TimeZone = 'UTC'")
+        # Postgres semantics where DuckDB's defaults differ: int / int is integer division,
+        # and NULLs sort last ascending, first descending. Global, then locked.
+        conn.execute("SET GLOBAL integer_division = true")
+        conn.execute("SET GLOBAL default_null_order = 'nulls_last_on_asc_first_on_desc'")
         s = self.settings
         if s.warehouse_path.startswith("s3://"):
             options = ["TYPE s3", f"REGION '{s.s3_region}'"]

@@ -118,10 +118,12 @@ def needs_rewrite(stmt: ast.Node) -> bool:
                 (len(names) > 1 and names[0] in ("pg_catalog", "information_schema"))
                 or names[-1] in catalog.COMPAT_FUNCTIONS
                 or names[-1] in catalog.SESSION_FUNCTIONS
+                or names[-1] == "_pg_expandarray"
             )
         elif isinstance(node, ast.A_Expr):
             names = _strings(node.name)
             found = len(names) > 1 or (bool(names) and names[-1] in _REGEX_OPS)
+            found = found or _is_division(node)
             found = found or _like_escape(node) is not None
         elif isinstance(node, ast.CollateClause):
             found = True
@@ -132,7 +134,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             )
         elif isinstance(node, ast.TypeName):
             names = _strings(node.names)
-            found = names[-1] in _REG_TYPES or names[-1] in ("name", "oid", "char")
+            found = names[-1] in _REG_TYPES or names[-1] in ("name", "oid", "char", "bytea")
         elif isinstance(node, ast.RangeFunction):
             found = _time_travel_call(node) is not None
         elif isinstance(node, ast.ColumnRef):
@@ -145,6 +147,46 @@ def needs_rewrite(stmt: ast.Node) -> bool:
 
     _walk(stmt, visit)
     return found
+
+
+def _is_division(node: ast.A_Expr) -> bool:
+    """`a / b` or `a % b`: Postgres raises division_by_zero where DuckDB answers NULL/inf."""
+    names = _strings(node.name)
+    return (
+        node.kind == enums.A_Expr_Kind.AEXPR_OP
+        and node.lexpr is not None
+        and bool(names)
+        and names[-1] in ("/", "%")
+    )
+
+
+def bytea_literal(text: str) -> bytes | None:
+    """The bytes of a Postgres bytea input string (hex `\\x0a0b` or escape format), or None
+    if it is not valid bytea input."""
+    if text.startswith("\\x"):
+        try:
+            return bytes.fromhex(text[2:])
+        except ValueError:
+            return None
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "\\":
+            out += char.encode()
+            i += 1
+        elif text[i + 1 : i + 2] == "\\":
+            out.append(0x5C)
+            i += 2
+        elif len(text) >= i + 4 and all(c in "01234567" for c in text[i + 1 : i + 4]):
+            value = int(text[i + 1 : i + 4], 8)
+            if value > 255:
+                return None
+            out.append(value)
+            i += 4
+        else:
+            return None
+    return bytes(out)
 
 
 def _time_travel_call(node: ast.RangeFunction) -> ast.FuncCall | None:
@@ -283,6 +325,9 @@ class _Rewriter:
                 return match
             if len(names) > 1:
                 node.name = (ast.String(sval=names[-1]),)
+            if _is_division(node):
+                # Postgres raises 22012 for a zero divisor (integer, numeric and float alike)
+                node.rexpr = _func("sb_divisor", [node.rexpr])
             return node
         if isinstance(node, ast.TypeCast):
             return self.replace_cast(node)
@@ -320,6 +365,10 @@ class _Rewriter:
         constant = self.session_function(name, args)
         if constant is not None:
             return constant
+        if name == "_pg_expandarray" and len(args) == 1:
+            # information_schema._pg_expandarray(arr): a set of (x, n), as pgjdbc's
+            # getPrimaryKeys uses it in the select list
+            return _func("unnest", [_func("sb_expandarray", args)], schema=None)
         if name in ("json_build_object", "jsonb_build_object"):
             pairs = [
                 ast.TypeCast(arg=a, typeName=ast.TypeName(names=(ast.String(sval="varchar"),)))
@@ -368,6 +417,16 @@ class _Rewriter:
                 return _func(f"{inner_names[-1]}_name", [self.transform(inner.arg)])
         if target in _REG_TYPES:
             return _func(f"{target}_oid", [self.transform(inner)])
+        if (
+            target == "bytea"
+            and isinstance(inner, ast.A_Const)
+            and isinstance(inner.val, ast.String)
+        ):
+            # '\\x0001'::bytea: DuckDB's BLOB literal reads '\\x00' as one escaped byte
+            # followed by text; give it the bytes Postgres reads
+            value = bytea_literal(inner.val.sval or "")
+            if value is not None:
+                return _func("from_hex", [_const(value.hex())], schema=None)
         node.arg = self.transform(inner)
         mapped = _TYPE_MAP.get(target)
         if mapped is not None:

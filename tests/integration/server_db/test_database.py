@@ -49,6 +49,22 @@ CASES: list[tuple[str, list[Any] | None, list[tuple[str, int]], list[tuple[Any, 
     ("START TRANSACTION READ ONLY", None, [], [], "BEGIN"),
     ("COMMIT", None, [], [], "COMMIT"),
     ("ROLLBACK", None, [], [], "ROLLBACK"),
+    # Postgres semantics DuckDB's defaults get wrong
+    ("SELECT 7 / 2, -7 / 2, 7 % 3, 7.0 / 2, id / 2 FROM orders WHERE id = 3", None,
+     [("?column?", 23), ("?column?", 23), ("?column?", 23), ("?column?", 701),
+      ("?column?", 23)], [(3, -3, 1, 3.5, 1)], "SELECT 1"),
+    ("SELECT customer FROM orders ORDER BY customer", None, [("customer", 25)],
+     [("c0",), ("c1",), (None,)], "SELECT 3"),
+    ("SELECT customer FROM orders ORDER BY customer DESC", None, [("customer", 25)],
+     [(None,), ("c1",), ("c0",)], "SELECT 3"),
+    ("SELECT 'a' || customer, concat('a', customer) FROM orders WHERE id = 3", None,
+     [("?column?", 25), ("concat", 25)],
+     [(None, "a")], "SELECT 1"),
+    ("SELECT '\\x0001ff'::bytea AS h, CAST('a\\\\b\\001' AS bytea) AS e", None,
+     [("h", 17), ("e", 17)], [(b"\x00\x01\xff", b"a\\b\x01")], "SELECT 1"),
+    ("SELECT (information_schema._pg_expandarray(ARRAY[5, 7])).n AS n, "
+     "(information_schema._pg_expandarray(ARRAY[5, 7])).x AS x", None,
+     [("n", 20), ("x", 23)], [(1, 5), (2, 7)], "SELECT 2"),
 ]  # fmt: skip
 
 
@@ -75,6 +91,11 @@ def test_handler_table(
         ("SELECT nope FROM orders", "42703"),
         ("SELECT 'abc'::int", "22P02"),
         ("SHOW no_such_setting", "42704"),
+        ("SELECT 1 / 0", "22012"),
+        ("SELECT 1 % 0", "22012"),
+        ("SELECT 1.5 / 0", "22012"),
+        ("SELECT 1.0::float8 / 0.0", "22012"),
+        ("SELECT amount / (id - 2) FROM orders", "22012"),
     ],
 )
 def test_errors_carry_sqlstate(db: LakeDatabase, sql: str, sqlstate: str) -> None:

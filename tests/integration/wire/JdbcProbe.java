@@ -30,6 +30,22 @@ public class JdbcProbe {
             } catch (SQLException e) {
                 System.out.println("primary_key_error=" + e.getSQLState() + " " + e.getMessage().split("\n")[0]);
             }
+            // What DBeaver and Metabase call right after connecting.
+            List<String> schemas = new ArrayList<>();
+            try (ResultSet rs = meta.getSchemas()) {
+                while (rs.next()) schemas.add(rs.getString("TABLE_SCHEM"));
+            }
+            System.out.println("schemas=" + String.join(",", schemas));
+            List<String> types = new ArrayList<>();
+            try (ResultSet rs = meta.getTypeInfo()) {
+                while (rs.next()) types.add(rs.getString("TYPE_NAME") + ":" + rs.getInt("DATA_TYPE"));
+            }
+            System.out.println("types=" + String.join(",", types));
+            List<String> catalogs = new ArrayList<>();
+            try (ResultSet rs = meta.getCatalogs()) {
+                while (rs.next()) catalogs.add(rs.getString("TABLE_CAT"));
+            }
+            System.out.println("catalogs=" + String.join(",", catalogs));
             // Prepared statement, run enough times to switch pgjdbc to a named server-side statement.
             try (PreparedStatement ps = conn.prepareStatement(
                     "SELECT id, name, price, day, created_at FROM public.items WHERE id = ? AND day >= ?")) {

@@ -60,6 +60,16 @@ def test_metadata_and_queries(results: dict[str, str]) -> None:
 
 
 def test_primary_keys(results: dict[str, str]) -> None:
-    if "primary_key_error" in results:  # the catalog layer, not the wire protocol
-        pytest.xfail(f"getPrimaryKeys: {results['primary_key_error']}")
+    assert "primary_key_error" not in results
     assert results["primary_key"] == "id"
+
+
+def test_what_bi_tools_call_at_connect(results: dict[str, str]) -> None:
+    schemas = results["schemas"].split(",")
+    assert "public" in schemas and "pg_catalog" in schemas
+    assert schemas == sorted(schemas)
+    types = dict(t.rsplit(":", 1) for t in results["types"].split(","))
+    # java.sql.Types: BIGINT -5, INTEGER 4, NUMERIC 2, VARCHAR 12, TIMESTAMP 93, BOOLEAN -7/16
+    assert types["int8"] == "-5" and types["int4"] == "4" and types["numeric"] == "2"
+    assert types["text"] == "12" and types["timestamptz"] == "93"
+    assert results["catalogs"] == "streambed"

@@ -52,16 +52,9 @@ PARAMETERS: list[tuple[str, Any, Any]] = [
         uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
         uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
     ),
-    ("bytea", b"\x00\x01\xfe\xff'", b"\x00\x01\xfe\xff'"),  # simple: see BYTEA_LITERAL
+    ("bytea", b"\x00\x01\xfe\xff'", b"\x00\x01\xfe\xff'"),
     ("null", None, None),
 ]
-
-
-# In the simple protocol psycopg sends bytea as a Postgres literal '\x0001...'::bytea, which
-# DuckDB's BLOB cast reads differently; the SQL rewrite layer (not the wire) must translate it.
-BYTEA_LITERAL = pytest.mark.xfail(
-    reason="'\\x..'::bytea literals need a rewrite in streambed.server.rewrite", strict=True
-)
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +68,11 @@ def conn(server: QueryServer) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
     ("value", "expected"), [p[1:] for p in PARAMETERS], ids=[p[0] for p in PARAMETERS]
 )
 def test_parameter_round_trip(
-    request: pytest.FixtureRequest,
     conn: psycopg.Connection[tuple[Any, ...]],
     protocol: str,
     value: Any,
     expected: Any,
 ) -> None:
-    if protocol == "simple" and isinstance(value, bytes):
-        request.applymarker(BYTEA_LITERAL)
     cursor_class = psycopg.ClientCursor if protocol == "simple" else psycopg.Cursor
     with cursor_class(conn) as cur:
         (got,) = cur.execute("SELECT %s AS v", [value]).fetchone() or (object(),)
@@ -112,15 +102,12 @@ def test_parameter_round_trip(
     ],
 )
 def test_parameters_against_columns(
-    request: pytest.FixtureRequest,
     conn: psycopg.Connection[tuple[Any, ...]],
     protocol: str,
     where: str,
     value: Any,
     count: int,
 ) -> None:
-    if protocol == "simple" and isinstance(value, bytes):
-        request.applymarker(BYTEA_LITERAL)
     cursor_class = psycopg.ClientCursor if protocol == "simple" else psycopg.Cursor
     with cursor_class(conn) as cur:
         row = cur.execute(f"SELECT count(*) FROM public.items WHERE {where}", [value]).fetchone()
