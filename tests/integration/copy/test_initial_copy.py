@@ -151,8 +151,13 @@ def test_table_added_while_streaming_is_copied_with_its_own_seam(
     d.proc.start()
     wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
     with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE late (id int PRIMARY KEY, v text)")
-        conn.execute(f"INSERT INTO late SELECT g, 'v' || g FROM generate_series(1, {ROWS}) g")
+        conn.execute(
+            "CREATE TABLE late (id int PRIMARY KEY, name text, amount numeric(12,2), "
+            "at timestamptz, note text)"
+        )
+        conn.execute(
+            f"INSERT INTO late SELECT g, 'v' || g, g, now(), NULL FROM generate_series(1, {ROWS}) g"
+        )
     everything = [*TABLES, "public.late"]
     writer = Writer(d.url, everything)
     writer.start()
