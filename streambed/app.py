@@ -120,11 +120,15 @@ def _start_server(settings: Settings, state: StateStore) -> tuple[Any, Any] | No
     from streambed.server.database import DatabaseSettings, LakeDatabase
     from streambed.server.wire.server import QueryServer, ServerOptions
 
+    options = ServerOptions.from_settings(settings)  # ConfigError before anything starts
     database = LakeDatabase(DatabaseSettings.from_settings(settings), StateSnapshots(state))
-    database.refresh()
+    try:
+        database.refresh()
+        server = QueryServer(options, database).start()
+    except BaseException:
+        database.close()
+        raise
     host = settings.query_host_port[0]
-    options = ServerOptions.from_env()
-    server = QueryServer(options, database).start()
     logger.info(
         "query server listening",
         extra={

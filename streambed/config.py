@@ -147,6 +147,49 @@ class Settings:
         "host:port of the Postgres-wire query server; empty turns it off.",
         "127.0.0.1:5433",
     )
+    query_users: str = _setting(
+        "STREAMBED_QUERY_USERS",
+        "Query server users as user:password,user2:password2 (SCRAM-SHA-256 verifiers are "
+        "derived at start). With neither this nor STREAMBED_QUERY_USERS_FILE, no password is "
+        "asked (trust) and a warning is logged.",
+        "",
+        secret=True,
+    )
+    query_users_file: str = _setting(
+        "STREAMBED_QUERY_USERS_FILE",
+        "File of user:SCRAM-SHA-256$... lines (pg_authid format; "
+        "`python -m streambed.server.wire.auth USER` prints one), merged with "
+        "STREAMBED_QUERY_USERS.",
+        "",
+    )
+    query_tls_cert: str = _setting(
+        "STREAMBED_QUERY_TLS_CERT", "PEM certificate chain for the query server's TLS.", ""
+    )
+    query_tls_key: str = _setting(
+        "STREAMBED_QUERY_TLS_KEY", "PEM private key for the query server's TLS.", ""
+    )
+    query_tls: str = _setting(
+        "STREAMBED_QUERY_TLS",
+        "off, on or require. Empty: on when a certificate is set, else off. require refuses "
+        "plaintext connections (28000).",
+        "",
+    )
+    query_max_connections: int = _setting(
+        "STREAMBED_QUERY_MAX_CONNECTIONS",
+        "Concurrent query connections; more are refused with 53300 too_many_connections.",
+        100,
+    )
+    query_statement_timeout: float = _setting(
+        "STREAMBED_QUERY_STATEMENT_TIMEOUT",
+        "Default statement_timeout of every query session, in seconds (0: none). A session "
+        "may SET its own; exceeding it cancels the statement with 57014.",
+        0.0,
+    )
+    query_max_message_bytes: int = _setting(
+        "STREAMBED_QUERY_MAX_MESSAGE_BYTES",
+        "Largest message a query client may send; a larger one closes that connection (08P01).",
+        64 * 1024 * 1024,
+    )
     log_level: str = _setting("STREAMBED_LOG_LEVEL", "debug, info, warning or error.", "info")
     log_format: str = _setting("STREAMBED_LOG_FORMAT", "text or json.", "text")
 
@@ -284,6 +327,47 @@ class Settings:
                     f"STREAMBED_QUERY_LISTEN={self.query_listen!r} must be host:port, "
                     "e.g. 127.0.0.1:5433"
                 )
+        out.extend(self._query_problems())
+        return out
+
+    def _query_problems(self) -> list[str]:
+        out: list[str] = []
+        mode = self.query_tls.strip().lower()
+        if mode not in ("", "off", "on", "require"):
+            out.append(f"STREAMBED_QUERY_TLS={self.query_tls!r}: use off, on or require")
+        if mode in ("on", "require") and not (self.query_tls_cert and self.query_tls_key):
+            out.append(
+                f"STREAMBED_QUERY_TLS={mode} needs STREAMBED_QUERY_TLS_CERT and "
+                "STREAMBED_QUERY_TLS_KEY"
+            )
+        if bool(self.query_tls_cert) != bool(self.query_tls_key):
+            out.append("set both STREAMBED_QUERY_TLS_CERT and STREAMBED_QUERY_TLS_KEY, or neither")
+        for env, path in (
+            ("STREAMBED_QUERY_TLS_CERT", self.query_tls_cert),
+            ("STREAMBED_QUERY_TLS_KEY", self.query_tls_key),
+            ("STREAMBED_QUERY_USERS_FILE", self.query_users_file),
+        ):
+            if path and not Path(path).is_file():
+                out.append(f"{env}={path!r}: no such file")
+        if self.query_max_connections < 1:
+            out.append(
+                f"STREAMBED_QUERY_MAX_CONNECTIONS={self.query_max_connections} must be at least 1"
+            )
+        if self.query_statement_timeout < 0:
+            out.append(
+                f"STREAMBED_QUERY_STATEMENT_TIMEOUT={self.query_statement_timeout} must be 0 "
+                "(none) or a number of seconds"
+            )
+        if self.query_max_message_bytes < 1024:
+            out.append(
+                f"STREAMBED_QUERY_MAX_MESSAGE_BYTES={self.query_max_message_bytes} must be at "
+                "least 1024"
+            )
+        for item in self.query_users.split(","):
+            user, sep, password = item.strip().partition(":")
+            if item.strip() and not (sep and user and password):
+                out.append("STREAMBED_QUERY_USERS must be user:password pairs separated by commas")
+                break
         return out
 
 

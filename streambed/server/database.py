@@ -92,6 +92,7 @@ class DatabaseSettings:
             "s3_region": settings.s3_region,
             "s3_access_key_id": settings.s3_access_key_id,
             "s3_secret_access_key": settings.s3_secret_access_key,
+            "statement_timeout": settings.query_statement_timeout,
         }
         values.update(overrides)
         return cls(**values)

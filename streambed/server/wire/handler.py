@@ -10,8 +10,9 @@ SQL-level state (transaction status I/T/E recognised by parsing, 25P02 in a fail
 settings such as TimeZone) belongs to the database session; the handler reports it in
 ReadyForQuery and ParameterStatus.
 
-`cancel()` and the statement timeout may be called from other threads: they interrupt the
-running statement through the database session and the error says which one stopped it.
+`cancel()` may be called from another thread: it interrupts the running statement through the
+database session. The statement timeout is the session's own (`SET statement_timeout`, default
+from STREAMBED_QUERY_STATEMENT_TIMEOUT): the database session stops the statement and says so.
 """
 
 from __future__ import annotations
@@ -119,7 +120,6 @@ class State(enum.Enum):
 
 class Cancel(enum.Enum):
     USER = "canceling statement due to user request"
-    TIMEOUT = "canceling statement due to statement timeout"
 
 
 @dataclass
@@ -165,13 +165,11 @@ class ConnectionHandler:
         *,
         process_id: int,
         secret_key: int,
-        statement_timeout: float = 0.0,
     ) -> None:
         self._database = database
         self._users = users
         self.process_id = process_id
         self.secret_key = secret_key
-        self._timeout = statement_timeout
         self.state = State.STARTUP
         self.user = ""
         self._startup_parameters: dict[str, str] = {}
@@ -546,20 +544,13 @@ class ConnectionHandler:
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
-        """Marks a statement as running (so cancel can stop it) and arms the timeout."""
+        """Marks a statement as running, so cancel can stop it."""
         with self._lock:
             self._running = True
             self._cancel = None
-        timer: threading.Timer | None = None
-        if self._timeout > 0:
-            timer = threading.Timer(self._timeout, self._interrupt, (Cancel.TIMEOUT,))
-            timer.daemon = True
-            timer.start()
         try:
             yield
         finally:
-            if timer is not None:
-                timer.cancel()
             with self._lock:
                 self._running = False
 

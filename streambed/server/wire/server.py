@@ -14,15 +14,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import secrets
 import socket
 import ssl
 import struct
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streambed.errors import ConfigError
 from streambed.server.wire import messages
@@ -30,6 +29,9 @@ from streambed.server.wire.auth import UsersFileError, UserStore
 from streambed.server.wire.handler import ConnectionHandler, Database, State
 from streambed.server.wire.messages import ProtocolViolation
 from streambed.server.wire.tls import REFUSED_PLAINTEXT, TlsMode, server_context
+
+if TYPE_CHECKING:
+    from streambed.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -48,27 +50,9 @@ _HEADER = struct.Struct("!ci")
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """Settings of the query server. Environment variables (read by `from_env`):
-
-    STREAMBED_QUERY_LISTEN            host:port to listen on (default 127.0.0.1:5433; port 0
-                                      picks a free port)
-    STREAMBED_QUERY_USERS             "user:password,user2:password2"; SCRAM verifiers are
-                                      derived at start. Empty with no users file: no password
-                                      is asked (trust), and a warning is logged.
-    STREAMBED_QUERY_USERS_FILE        file of "user:SCRAM-SHA-256$..." lines (pg_authid format;
-                                      `python -m streambed.server.wire.auth USER` prints one)
-    STREAMBED_QUERY_TLS_CERT          PEM certificate chain for TLS
-    STREAMBED_QUERY_TLS_KEY           PEM private key for TLS
-    STREAMBED_QUERY_TLS               off | on | require (default: on when a certificate is
-                                      set, else off). require refuses plaintext with 28000.
-    STREAMBED_QUERY_MAX_CONNECTIONS   concurrent client connections (default 100); more get
-                                      53300 too_many_connections
-    STREAMBED_QUERY_STATEMENT_TIMEOUT seconds a statement may run, 0 = no limit (default 0);
-                                      exceeded: 57014 "canceling statement due to statement
-                                      timeout"
-    STREAMBED_QUERY_MAX_MESSAGE_BYTES largest frontend message accepted (default 64 MiB); a
-                                      larger one closes that connection with 08P01
-    """
+    """Settings of the query server's socket layer, from `Settings` (the STREAMBED_QUERY_*
+    variables; docs/configuration.md describes each). The statement timeout is not here: it
+    is the database sessions' default `statement_timeout` (`DatabaseSettings`)."""
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -78,75 +62,32 @@ class ServerOptions:
     tls_key: Path | None = None
     tls: TlsMode = TlsMode.OFF
     max_connections: int = DEFAULT_MAX_CONNECTIONS
-    statement_timeout: float = 0.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerOptions:
-        env = os.environ if environ is None else environ
-        problems: list[str] = []
-
-        def number(name: str, default: float, minimum: float) -> float:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                problems.append(f"{name}={raw!r} must be a number")
-                return default
-            if value < minimum:
-                problems.append(f"{name}={raw!r} must be at least {minimum:g}")
-            return value
-
-        host, port = DEFAULT_HOST, DEFAULT_PORT
-        listen = env.get("STREAMBED_QUERY_LISTEN", "").strip()
-        if listen:
-            h, sep, p = listen.rpartition(":")
-            if not sep or not p.isdigit() or int(p) > 65535:
-                problems.append(f"STREAMBED_QUERY_LISTEN={listen!r} must be host:port")
-            else:
-                host, port = h.strip("[]") or "0.0.0.0", int(p)
-        cert = env.get("STREAMBED_QUERY_TLS_CERT", "").strip()
-        key = env.get("STREAMBED_QUERY_TLS_KEY", "").strip()
-        raw_mode = env.get("STREAMBED_QUERY_TLS", "").strip().lower()
-        try:
-            mode = TlsMode(raw_mode) if raw_mode else (TlsMode.ON if cert else TlsMode.OFF)
-        except ValueError:
-            problems.append(f"STREAMBED_QUERY_TLS={raw_mode!r} must be off, on or require")
-            mode = TlsMode.OFF
-        if mode is not TlsMode.OFF and not (cert and key):
-            problems.append(
-                f"STREAMBED_QUERY_TLS={mode.value} needs STREAMBED_QUERY_TLS_CERT and "
-                "STREAMBED_QUERY_TLS_KEY"
-            )
-        for name, path in (("STREAMBED_QUERY_TLS_CERT", cert), ("STREAMBED_QUERY_TLS_KEY", key)):
-            if path and not Path(path).is_file():
-                problems.append(f"{name}={path!r}: no such file")
-        users_file = env.get("STREAMBED_QUERY_USERS_FILE", "").strip()
-        if users_file and not Path(users_file).is_file():
-            problems.append(f"STREAMBED_QUERY_USERS_FILE={users_file!r}: no such file")
+    def from_settings(cls, settings: Settings) -> ServerOptions:
+        """Options from validated settings; raises ConfigError if the users cannot be read."""
+        host, port = settings.query_host_port or (DEFAULT_HOST, DEFAULT_PORT)
+        raw_mode = settings.query_tls.strip().lower()
+        cert, key = settings.query_tls_cert, settings.query_tls_key
         options = cls(
-            host=host,
+            host=host.strip("[]") or "0.0.0.0",
             port=port,
-            users=env.get("STREAMBED_QUERY_USERS", ""),
-            users_file=Path(users_file) if users_file else None,
+            users=settings.query_users,
+            users_file=Path(settings.query_users_file) if settings.query_users_file else None,
             tls_cert=Path(cert) if cert else None,
             tls_key=Path(key) if key else None,
-            tls=mode,
-            max_connections=int(number("STREAMBED_QUERY_MAX_CONNECTIONS", 100, 1)),
-            statement_timeout=number("STREAMBED_QUERY_STATEMENT_TIMEOUT", 0.0, 0),
-            max_message_bytes=int(
-                number("STREAMBED_QUERY_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES, 1024)
-            ),
+            tls=TlsMode(raw_mode) if raw_mode else (TlsMode.ON if cert else TlsMode.OFF),
+            max_connections=settings.query_max_connections,
+            max_message_bytes=settings.query_max_message_bytes,
         )
-        if not problems:
-            try:
-                options.user_store()
-            except (UsersFileError, OSError) as e:
-                problems.append(f"STREAMBED_QUERY_USERS / STREAMBED_QUERY_USERS_FILE: {e}")
-        if problems:
-            raise ConfigError("invalid query server settings: " + "; ".join(problems))
+        try:
+            options.user_store()
+        except (UsersFileError, OSError) as e:
+            raise ConfigError(
+                f"invalid query server users (STREAMBED_QUERY_USERS / "
+                f"STREAMBED_QUERY_USERS_FILE): {e}"
+            ) from e
         return options
 
     def user_store(self) -> UserStore:
@@ -420,7 +361,6 @@ class QueryServer:
                     self._users,
                     process_id=pid,
                     secret_key=secrets.randbits(32),
-                    statement_timeout=self.options.statement_timeout,
                 )
                 self._handlers[pid] = handler
         if full:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from streambed.server.database import LakeDatabase, QueryError
+from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError
 
 from .conftest import FakeSnapshots, Lake, lines_rows, orders_rows
 
@@ -237,6 +237,18 @@ def test_statement_timeout_and_cancel(db: LakeDatabase) -> None:
     assert info.value.sqlstate == "57014"
     assert "user request" in info.value.message
     assert session.execute("SELECT 1").rows() == [(1,)]
+
+
+def test_statement_timeout_setting_is_every_sessions_default(lake: Lake) -> None:
+    settings = DatabaseSettings(warehouse=lake.warehouse.as_uri(), statement_timeout=0.2)
+    with LakeDatabase(settings, FakeSnapshots()) as db:
+        session = db.session()
+        assert session.execute("SHOW statement_timeout").rows() == [("200ms",)]
+        with pytest.raises(QueryError) as info:
+            session.execute("SELECT count(*) FROM range(100000000000) a").rows()
+        assert info.value.sqlstate == "57014"
+        session.execute("SET statement_timeout = 0")  # a session may lift its own
+        assert session.execute("SELECT count(*) FROM range(1000) a").rows() == [(1000,)]
 
 
 def test_streams_batches_without_row_cap(db: LakeDatabase) -> None:

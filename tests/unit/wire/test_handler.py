@@ -148,10 +148,8 @@ def assert_messages(got: list[tuple[bytes, bytes]], expected: Sequence[Expect]) 
             assert e.check(body) == e.equals
 
 
-def ready_handler(database: Database, timeout: float = 0.0) -> ConnectionHandler:
-    handler = ConnectionHandler(
-        database, UserStore({}), process_id=7, secret_key=9, statement_timeout=timeout
-    )
+def ready_handler(database: Database) -> ConnectionHandler:
+    handler = ConnectionHandler(database, UserStore({}), process_id=7, secret_key=9)
     startup = messages.split_backend(
         b"".join(handler.startup(messages.StartupMessage({"user": "alice"})))
     )
@@ -516,7 +514,8 @@ def test_cancel_stops_a_running_query(database: Database) -> None:
 
 
 def test_statement_timeout(database: Database) -> None:
-    handler = ready_handler(database, timeout=0.3)
+    handler = ready_handler(database)
+    assert_messages(run(handler, query("SET statement_timeout = 300")), [C("SET"), Z("I")])
     got = run(handler, query("select count(*) from range(100000000000)"))
     fields = messages.parse_error_fields(got[-2][1])
     assert fields["C"] == "57014"

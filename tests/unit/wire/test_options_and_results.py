@@ -12,57 +12,86 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streambed.config import Settings
 from streambed.errors import ConfigError
 from streambed.server import pgtypes
+from streambed.server.database import DatabaseSettings
 from streambed.server.wire import params, results
 from streambed.server.wire.auth import make_verifier
 from streambed.server.wire.server import ServerOptions
 from streambed.server.wire.tls import TlsMode
 
+URL = "postgresql://app:pw@db:5432/shop"
+
+
+def _options(env: dict[str, str]) -> ServerOptions:
+    return ServerOptions.from_settings(Settings.from_env({"STREAMBED_SOURCE_URL": URL, **env}))
+
 
 def test_options_defaults() -> None:
-    options = ServerOptions.from_env({})
+    options = _options({})
     assert (options.host, options.port, options.tls) == ("127.0.0.1", 5433, TlsMode.OFF)
     assert not options.user_store().enabled
+    assert (
+        DatabaseSettings.from_settings(
+            Settings.from_env({"STREAMBED_SOURCE_URL": URL})
+        ).statement_timeout
+        == 0.0
+    )
 
 
-def test_options_from_env(tmp_path: Path) -> None:
+def test_options_from_settings(tmp_path: Path) -> None:
     cert, key, users = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "users"
     cert.write_text("x")
     key.write_text("x")
     users.write_text(f"carol:{make_verifier('pw')}\n")
-    options = ServerOptions.from_env(
-        {
-            "STREAMBED_QUERY_LISTEN": "0.0.0.0:6543",
-            "STREAMBED_QUERY_USERS": "alice:secret",
-            "STREAMBED_QUERY_USERS_FILE": str(users),
-            "STREAMBED_QUERY_TLS_CERT": str(cert),
-            "STREAMBED_QUERY_TLS_KEY": str(key),
-            "STREAMBED_QUERY_MAX_CONNECTIONS": "7",
-            "STREAMBED_QUERY_STATEMENT_TIMEOUT": "2.5",
-        }
-    )
+    env = {
+        "STREAMBED_QUERY_LISTEN": "0.0.0.0:6543",
+        "STREAMBED_QUERY_USERS": "alice:secret",
+        "STREAMBED_QUERY_USERS_FILE": str(users),
+        "STREAMBED_QUERY_TLS_CERT": str(cert),
+        "STREAMBED_QUERY_TLS_KEY": str(key),
+        "STREAMBED_QUERY_MAX_CONNECTIONS": "7",
+        "STREAMBED_QUERY_STATEMENT_TIMEOUT": "2.5",
+        "STREAMBED_QUERY_MAX_MESSAGE_BYTES": "4096",
+    }
+    options = _options(env)
     assert (options.host, options.port, options.tls) == ("0.0.0.0", 6543, TlsMode.ON)
-    assert (options.max_connections, options.statement_timeout) == (7, 2.5)
+    assert (options.max_connections, options.max_message_bytes) == (7, 4096)
     assert len(options.user_store()) == 2
     assert "secret" not in repr(options)
+    settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL, **env})
+    # one statement timeout: the sessions' default, which a session may SET
+    assert DatabaseSettings.from_settings(settings).statement_timeout == 2.5
+    assert _options({**env, "STREAMBED_QUERY_TLS": "require"}).tls is TlsMode.REQUIRE
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"STREAMBED_QUERY_TLS": "require"}, "needs STREAMBED_QUERY_TLS_CERT"),
-        ({"STREAMBED_QUERY_TLS": "maybe"}, "must be off, on or require"),
-        ({"STREAMBED_QUERY_MAX_CONNECTIONS": "lots"}, "must be a number"),
-        ({"STREAMBED_QUERY_STATEMENT_TIMEOUT": "-1"}, "at least 0"),
+        ({"STREAMBED_QUERY_TLS": "maybe"}, "use off, on or require"),
+        ({"STREAMBED_QUERY_MAX_CONNECTIONS": "lots"}, "STREAMBED_QUERY_MAX_CONNECTIONS='lots'"),
+        ({"STREAMBED_QUERY_MAX_CONNECTIONS": "0"}, "must be at least 1"),
+        ({"STREAMBED_QUERY_STATEMENT_TIMEOUT": "-1"}, "STREAMBED_QUERY_STATEMENT_TIMEOUT=-1"),
+        ({"STREAMBED_QUERY_MAX_MESSAGE_BYTES": "10"}, "at least 1024"),
         ({"STREAMBED_QUERY_LISTEN": "nohost"}, "host:port"),
         ({"STREAMBED_QUERY_USERS_FILE": "/nonexistent"}, "no such file"),
+        ({"STREAMBED_QUERY_TLS_CERT": "/nonexistent"}, "set both"),
         ({"STREAMBED_QUERY_USERS": "justaname"}, "user:password"),
     ],
 )
 def test_options_errors_name_the_variable(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        ServerOptions.from_env(env)
+    with pytest.raises(ConfigError, match=message) as info:
+        _options(env)
+    assert "justaname" not in str(info.value)  # a users value is a secret
+
+
+def test_bad_users_file_is_a_config_error(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    users.write_text("carol:not-a-verifier\n")
+    with pytest.raises(ConfigError, match="STREAMBED_QUERY_USERS_FILE"):
+        _options({"STREAMBED_QUERY_USERS_FILE": str(users)})
 
 
 def _fields(pg_type: pgtypes.PgType, array: pa.Array) -> list[bytes | None]:
