@@ -743,6 +743,13 @@ class DbSession:
         if isinstance(stmt, ast.SelectStmt):
             self._check_read_only(stmt)
             return self._select(sql, stmt, params, tag="SELECT")
+        if isinstance(stmt, ast.DeclareCursorStmt | ast.FetchStmt | ast.ClosePortalStmt):
+            raise QueryError(
+                "SQL cursors (DECLARE/FETCH/CLOSE) are not supported; results are streamed, "
+                "so read them with the extended protocol's row limit (JDBC setFetchSize, "
+                "psycopg client-side cursors) instead",
+                "0A000",
+            )
         if isinstance(stmt, ast.PrepareStmt | ast.ExecuteStmt):
             raise QueryError(
                 "SQL-level PREPARE/EXECUTE is not supported; use the extended query protocol",

@@ -465,19 +465,23 @@ def format_float(text: str, single: bool = False) -> str:
 
 
 def _float_column(array: pa.Array, single: bool) -> Encoded:
-    texts = pc.cast(array, pa.string()).to_pylist()
-    cache: dict[str, bytes] = {}
-    out: Encoded = []
-    for text in texts:
-        if text is None:
-            out.append(None)
-            continue
-        encoded = cache.get(text)
-        if encoded is None:
-            encoded = format_float(text, single).encode()
-            if len(cache) < 65536:
-                cache[text] = encoded
-        out.append(encoded)
+    """Arrow writes the same shortest round-trip digits as Postgres 15; only where it
+    chooses exponent notation differently (and for nan/inf) is a value reformatted here.
+    Plain notation is right for magnitudes in [1e-4, 1e15) (float4: [1e-4, 1e6)) and 0."""
+    texts = pc.cast(array, pa.string())
+    magnitude = pc.abs(array)
+    slow = pc.or_(
+        pc.or_(pc.match_substring(texts, "e"), pc.match_substring(texts, "n")),
+        pc.or_(
+            pc.and_(pc.less(magnitude, 1e-4), pc.not_equal(magnitude, 0)),
+            pc.greater_equal(magnitude, 1e6 if single else 1e15),
+        ),
+    )
+    out = _as_bytes(texts)
+    for i in pc.indices_nonzero(slow.fill_null(False)).to_pylist():
+        text = out[i]
+        if text is not None:
+            out[i] = format_float(text.decode(), single).encode()
     return out
 
 
@@ -487,23 +491,53 @@ def _strip_fraction(text: pa.Array) -> pa.Array:
     return pc.replace_substring_regex(text, pattern=r"\.$", replacement="")
 
 
+def _strip_micros(text: pa.Array) -> pa.Array:
+    """Arrow's '2024-01-02 03:04:05.120000' (always six digits) as Postgres writes it:
+    '2024-01-02 03:04:05.12'; a zero fraction goes away."""
+    return pc.replace_substring_regex(text, pattern=r"\.?0+$", replacement="")
+
+
+def _offset_text(seconds: int) -> str:
+    sign = "-" if seconds < 0 else "+"
+    hours, remainder = divmod(abs(seconds), 3600)
+    minutes, secs = divmod(remainder, 60)
+    text = f"{sign}{hours:02d}"
+    if minutes or secs:
+        text += f":{minutes:02d}"
+    return text + f":{secs:02d}" if secs else text
+
+
 def _timestamp_column(array: pa.Array, tz: str) -> Encoded:
     data_type = array.type
     if data_type.unit != "us":
         array = pc.cast(array, pa.timestamp("us", data_type.tz), safe=False)
     if data_type.tz is None:
-        return _as_bytes(_strip_fraction(pc.cast(array, pa.string())))
-    zone = "UTC" if tz.upper() in ("UTC", "GMT", "Z", "ETC/UTC") else tz
+        return _as_bytes(_strip_micros(pc.cast(array, pa.string())))
+    utc = array.view(pa.int64())
+    if tz.upper() in ("UTC", "GMT", "Z", "ETC/UTC"):
+        text = _strip_micros(pc.cast(array.view(pa.timestamp("us")), pa.string()))
+        return _as_bytes(pc.binary_join_element_wise(text, "+00", ""))
     try:
-        local = pc.cast(array, pa.timestamp("us", zone))
-        text = pc.strftime(local, format="%Y-%m-%d %H:%M:%S%z")
+        local = pc.local_timestamp(array.view(pa.timestamp("us", tz)))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return _encode_python(array, TIMESTAMPTZ, tz)
-    text = pc.replace_substring_regex(text, pattern=r"(\.\d*?)0+([+-]\d{4})$", replacement=r"\1\2")
-    text = pc.replace_substring_regex(text, pattern=r"\.([+-]\d{4})$", replacement=r"\1")
-    text = pc.replace_substring_regex(text, pattern=r"([+-]\d\d)00$", replacement=r"\1")
-    text = pc.replace_substring_regex(text, pattern=r"([+-]\d\d)(\d\d)$", replacement=r"\1:\2")
-    return _as_bytes(text)
+    text = _strip_micros(pc.cast(local, pa.string()))
+    # the zone's offset at each instant: few distinct values, formatted once each
+    offsets = pc.divide(pc.subtract(local.view(pa.int64()), utc), 1_000_000)
+    distinct = pc.unique(offsets)
+    names = pa.array([None if o is None else _offset_text(o) for o in distinct.to_pylist()])
+    suffix = pc.take(names, pc.index_in(offsets, distinct))
+    out = _as_bytes(pc.binary_join_element_wise(text, suffix, ""))
+    # Arrow's zone rules end in 2037; Postgres (like zoneinfo) extends the zone's last rule
+    late = pc.indices_nonzero(pc.greater_equal(utc, _ARROW_ZONE_RULES_END).fill_null(False))
+    if len(late):
+        positions = late.to_pylist()
+        for i, value in zip(positions, _extended_timestamps(array.take(late), tz), strict=True):
+            out[i] = value
+    return out
+
+
+_ARROW_ZONE_RULES_END = 2_145_916_800_000_000  # 2038-01-01 in µs
 
 
 def _intervals(array: pa.Array) -> list[tuple[int, int, int] | None]:
