@@ -247,6 +247,15 @@ def _func(name: str, args: list[Any], schema: str | None = catalog.SCHEMA) -> as
     return ast.FuncCall(funcname=names, args=tuple(args), funcformat=0)
 
 
+# Postgres functions behind SQL syntax (TRIM(BOTH x FROM y) is pg_catalog.btrim(y, x)) that
+# DuckDB names differently.
+_RENAMED_FUNCTIONS = {"btrim": "trim"}
+
+
+def _sql_syntax(node: ast.FuncCall) -> bool:
+    return node.funcformat == enums.CoercionForm.COERCE_SQL_SYNTAX
+
+
 class _Rewriter:
     def __init__(self, session: SessionValues) -> None:
         self.session = session
@@ -379,8 +388,10 @@ class _Rewriter:
             return _func("json_object", pairs, schema=None)
         if name in catalog.COMPAT_FUNCTIONS:
             node.funcname = (ast.String(sval=catalog.SCHEMA), ast.String(sval=name))
+        elif _sql_syntax(node) and name in ("extract", "position"):
+            pass  # printed back as EXTRACT(f FROM x) / POSITION(a IN b), which DuckDB reads
         elif len(names) > 1 and names[0] in ("pg_catalog", "information_schema"):
-            node.funcname = (ast.String(sval=name),)
+            node.funcname = (ast.String(sval=_RENAMED_FUNCTIONS.get(name, name)),)
         node.args = tuple(args) if node.args is not None else None
         for attr in ("agg_order", "agg_filter", "over"):
             value = getattr(node, attr)

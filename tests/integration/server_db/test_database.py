@@ -62,6 +62,11 @@ CASES: list[tuple[str, list[Any] | None, list[tuple[str, int]], list[tuple[Any, 
      [(None, "a")], "SELECT 1"),
     ("SELECT '\\x0001ff'::bytea AS h, CAST('a\\\\b\\001' AS bytea) AS e", None,
      [("h", 17), ("e", 17)], [(b"\x00\x01\xff", b"a\\b\x01")], "SELECT 1"),
+    ("SELECT extract(year FROM created_at) AS y, position('1' IN customer) AS p, "
+     "substring(customer FROM 2 FOR 1) AS s, trim(both 'c' FROM customer) AS t, id % 2 AS m "
+     "FROM orders WHERE id = 1", None,
+     [("y", 20), ("p", 20), ("s", 25), ("t", 25), ("m", 23)], [(2024, 2, "1", "1", 1)],
+     "SELECT 1"),
     ("SELECT (information_schema._pg_expandarray(ARRAY[5, 7])).n AS n, "
      "(information_schema._pg_expandarray(ARRAY[5, 7])).x AS x", None,
      [("n", 20), ("x", 23)], [(1, 5), (2, 7)], "SELECT 2"),
