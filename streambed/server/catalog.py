@@ -146,6 +146,7 @@ COMPAT_FUNCTIONS = frozenset(
         "regoper_oid",
         "regoper_name",
         "to_regclass",
+        "to_regtype",
         "json_build_object",
         "jsonb_build_object",
     }
@@ -363,6 +364,8 @@ CREATE MACRO {SCHEMA}.regtype_oid(x) AS COALESCE(
     TRY_CAST(CAST(x AS VARCHAR) AS BIGINT),
     (SELECT min(sb_t.oid) FROM {SCHEMA}.sb_types sb_t
      WHERE sb_t.typname = {SCHEMA}.sb_last_ident(x) OR sb_t.sqlname = {SCHEMA}.sb_last_ident(x)));
+CREATE MACRO {SCHEMA}.to_regtype(x) AS (SELECT min(sb_t.oid) FROM {SCHEMA}.sb_types sb_t
+    WHERE sb_t.typname = {SCHEMA}.sb_last_ident(x) OR sb_t.sqlname = {SCHEMA}.sb_last_ident(x));
 CREATE MACRO {SCHEMA}.regtype_name(x) AS {SCHEMA}.format_type(TRY_CAST(x AS BIGINT), -1);
 CREATE MACRO {SCHEMA}.regnamespace_oid(x) AS COALESCE(
     TRY_CAST(CAST(x AS VARCHAR) AS BIGINT),
