@@ -51,6 +51,8 @@ SYSTEM_RELATIONS = {
 # relation name -> column definitions for catalog relations that are always empty here.
 _EMPTY: dict[str, str] = {
     "pg_am": "oid BIGINT, amname VARCHAR, amhandler VARCHAR, amtype VARCHAR",
+    "pg_opclass": "oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, "
+    "opcowner BIGINT, opcfamily BIGINT, opcintype BIGINT, opcdefault BOOLEAN, opckeytype BIGINT",
     "pg_attrdef": "oid BIGINT, adrelid BIGINT, adnum SMALLINT, adbin VARCHAR",
     "pg_collation": "oid BIGINT, collname VARCHAR, collnamespace BIGINT, collprovider VARCHAR",
     "pg_description": "objoid BIGINT, classoid BIGINT, objsubid INTEGER, description VARCHAR",
@@ -152,7 +154,14 @@ COMPAT_FUNCTIONS = frozenset(
     }
 )
 SESSION_FUNCTIONS = frozenset(
-    {"version", "current_database", "current_schema", "current_schemas", "pg_backend_pid"}
+    {
+        "version",
+        "current_database",
+        "current_schema",
+        "current_schemas",
+        "pg_backend_pid",
+        "current_setting",
+    }
 )
 
 

@@ -334,6 +334,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "client_min_messages": "notice",
     "datestyle": "ISO, MDY",
     "default_transaction_isolation": "read committed",
+    "default_table_access_method": "heap",
     "default_transaction_read_only": "on",
     "extra_float_digits": "1",
     "idle_in_transaction_session_timeout": "0",
@@ -839,6 +840,7 @@ class DbSession:
             version=version_string(),
             time_travel=self._time_travel,
             params=tuple(params),
+            settings=dict(self.settings),
         )
 
     def _time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:

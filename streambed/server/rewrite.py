@@ -15,7 +15,7 @@ are labelled like Postgres without touching the SQL.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pglast import ast, enums
@@ -75,6 +75,7 @@ class SessionValues:
     # (function, "schema.table", value) -> (metadata location, snapshot id)
     time_travel: Callable[[str, str, Any], tuple[str, int]] | None = None
     params: tuple[Any, ...] = ()
+    settings: Mapping[str, str] = field(default_factory=dict)  # SHOW-able, lowercase names
 
 
 def _strings(names: Any) -> list[str]:
@@ -414,6 +415,16 @@ class _Rewriter:
             return ast.A_ArrayExpr(elements=items)
         if name == "pg_backend_pid" and not args:
             return _const(0)
+        if name == "current_setting" and args:
+            # the session's Postgres settings, not DuckDB's (a CASE keeps a $n argument)
+            return ast.CaseExpr(
+                arg=_func("lower", [args[0]], schema=None),
+                args=tuple(
+                    ast.CaseWhen(expr=_const(key), result=_const(value))
+                    for key, value in sorted(session.settings.items())
+                ),
+                defresult=_const(None),
+            )
         return None
 
     def replace_cast(self, node: ast.TypeCast) -> Any:

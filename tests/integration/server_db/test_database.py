@@ -67,6 +67,8 @@ CASES: list[tuple[str, list[Any] | None, list[tuple[str, int]], list[tuple[Any, 
      "FROM orders WHERE id = 1", None,
      [("y", 20), ("p", 20), ("s", 25), ("t", 25), ("m", 23)], [(2024, 2, "1", "1", 1)],
      "SELECT 1"),
+    ("SELECT current_setting('TimeZone') AS a, current_setting($1) AS b", ["search_path"],
+     [("a", 25), ("b", 25)], [("UTC", '"$user", public')], "SELECT 1"),
     ("SELECT to_regtype('int4') AS a, to_regtype('hstore') AS b", None,
      [("a", 20), ("b", 20)], [(23, None)], "SELECT 1"),
     ("SELECT (information_schema._pg_expandarray(ARRAY[5, 7])).n AS n, "
