@@ -393,15 +393,16 @@ def _extended_timestamps(array: pa.Array, tz: str) -> Encoded:
         # Python datetimes end at years 1 and 9999: beyond them, the zone's offset there.
         margin = 2 * _MICROS_PER_DAY
         clamped = min(max(micros, _NORMAL_MICROS[0] + margin), _NORMAL_MICROS[1] - margin)
-        hour = clamped // 3_600_000_000
-        if hour not in offsets:
+        # by minute: zones change offset on the half hour (St. John's, Adelaide)
+        minute = clamped // 60_000_000
+        if minute not in offsets:
             import datetime as dt
             from zoneinfo import ZoneInfo
 
-            moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=hour)
+            moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=minute)
             delta = moment.astimezone(ZoneInfo(tz)).utcoffset() or dt.timedelta(0)
-            offsets[hour] = int(delta.total_seconds())
-        return offsets[hour]
+            offsets[minute] = int(delta.total_seconds())
+        return offsets[minute]
 
     return [None if v is None else format_timestamp(v, offset(v)).encode() for v in _ints(array)]
 

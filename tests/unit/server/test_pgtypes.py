@@ -124,3 +124,30 @@ def test_arrays_like_postgres() -> None:
 )
 def test_interval_like_postgres(months: int, days: int, nanos: int, text: str) -> None:
     assert pgtypes.format_interval(months, days, nanos) == text
+
+
+def test_timestamptz_follows_the_zone_after_2037_and_on_the_half_hour() -> None:
+    # Arrow's zone rules end in 2037; Postgres extends the last rule (DST in 2066). St.
+    # John's changes offset at 02:00 local, half past a UTC hour. Expected: Postgres 15.
+    moment = dt.datetime(2066, 3, 14, 5, 48, 22, 21066, tzinfo=dt.UTC)
+    array = pa.array([moment, moment - dt.timedelta(hours=1)], pa.timestamp("us", "UTC"))
+    assert pgtypes.encode_text_column(array, pgtypes.TIMESTAMPTZ, "America/St_Johns") == [
+        b"2066-03-14 03:18:22.021066-02:30",
+        b"2066-03-14 01:18:22.021066-03:30",
+    ]
+    paris = pa.array([dt.datetime(1909, 7, 3, 0, 24, 2, tzinfo=dt.UTC)], pa.timestamp("us", "UTC"))
+    assert pgtypes.encode_text_column(paris, pgtypes.TIMESTAMPTZ, "Europe/Paris") == [
+        b"1909-07-03 00:33:23+00:09:21"
+    ]
+
+
+def test_float_notation_like_postgres() -> None:
+    values = [0.0, -0.0, 1e14, 1e15, 1e-4, 9.9e-5, 0.1 + 0.2, float("inf"), float("nan"), None]
+    assert pgtypes.encode_text_column(pa.array(values), pgtypes.FLOAT8) == [
+        b"0", b"-0", b"100000000000000", b"1e+15", b"0.0001", b"9.9e-05",
+        b"0.30000000000000004", b"Infinity", b"NaN", None,
+    ]  # fmt: skip
+    single = pa.array([123456.7, 1234567.0, 1.5e-5], pa.float32())
+    assert pgtypes.encode_text_column(single, pgtypes.FLOAT4) == [
+        b"123456.7", b"1.234567e+06", b"1.5e-05",
+    ]  # fmt: skip
