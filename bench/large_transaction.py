@@ -54,7 +54,7 @@ def lake_count(settings: Settings) -> tuple[int, int]:
     snapshot = table.current_snapshot()
     if snapshot is None or snapshot.summary is None:
         return 0, len(table.snapshots())
-    return int(snapshot.summary["total-records"]), len(table.snapshots())
+    return int(snapshot.summary.get("total-records") or 0), len(table.snapshots())
 
 
 def main() -> None:
@@ -65,9 +65,7 @@ def main() -> None:
     with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory() as data_dir:
         url = pg.url()
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(
-                "CREATE TABLE big (id bigint PRIMARY KEY, a text, n int, t timestamptz)"
-            )
+            conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, a text, n int, t timestamptz)")
         env = {
             **os.environ,
             "STREAMBED_SOURCE_URL": url,
