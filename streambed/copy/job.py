@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("streambed.copy")
 
-_registered: set[int] = set()
 _register_lock = threading.Lock()
 
 
@@ -77,7 +76,7 @@ def lake_table(catalog: Catalog, info: TableInfo) -> Table:
 
 
 def copy_table(
-    spark: SparkSession,
+    spark: SparkSession | None,
     table: Table,
     info: TableInfo,
     *,
@@ -88,8 +87,17 @@ def copy_table(
     fs_options: Mapping[str, str],
     batch_bytes: int | None = None,
 ) -> CopyResult:
-    """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`."""
+    """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`.
+
+    A table whose heap is empty now was empty in the snapshot too (the snapshot keeps
+    VACUUM from removing rows it can see), so it is committed without starting Spark.
+    """
     started = time.monotonic()
+    if info.blocks == 0 or spark is None:
+        if info.blocks != 0:
+            raise StreambedError(f"{info.qualified}: a non-empty table needs Spark to copy")
+        location = truncate_commit(table, added=[], lsn=frontier)
+        return CopyResult(info.qualified, 0, 0, frontier, location, time.monotonic() - started)
     _register(spark)
     schema = arrow_schema(table)
     out = output_dir(table, run_id)
@@ -188,11 +196,11 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
 
 
 def _register(spark: SparkSession) -> None:
+    # Registered for every copy: a cache keyed by the session object missed sessions that
+    # were stopped and started again (DATA_SOURCE_NOT_FOUND); registering again is cheap.
     with _register_lock:
-        if id(spark) not in _registered:
-            spark.dataSource.register(PgCopySource)
-            spark.dataSource.register(CopyParquetSink)
-            _registered.add(id(spark))
+        spark.dataSource.register(PgCopySource)
+        spark.dataSource.register(CopyParquetSink)
 
 
 def _native(output: str, schema: pa.Schema) -> bool:

@@ -296,7 +296,8 @@ class CopyManager:
                     infos.append(info)
                 except StreambedError as e:
                     self._fail((schema, name), e)
-            spark = self._spark() if infos else None
+            # Spark starts only when there is something to copy (empty tables need none).
+            spark = self._spark() if any(info.blocks > 0 for info in infos) else None
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
                 for info in infos:
                     pool.submit(self._copy_one, spark, info, anchor)
