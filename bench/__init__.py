@@ -1,0 +1,1 @@
+"""Benchmarks: each file runs with one command; see docs/benchmarks.md."""
