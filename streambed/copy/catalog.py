@@ -49,7 +49,12 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
     row = conn.execute(
         """
         SELECT c.oid, c.relreplident, c.relpages, c.reltuples,
-               pg_relation_size(c.oid) / current_setting('block_size')::int,
+               -- a partitioned table has no storage of its own: count its partitions'
+               -- (pg_partition_tree is empty for a table outside any partition tree)
+               greatest(pg_relation_size(c.oid),
+                        (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+                         FROM pg_partition_tree(c.oid) t WHERE t.isleaf))
+                 / current_setting('block_size')::int,
                has_table_privilege(c.oid, 'SELECT')
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')

@@ -186,9 +186,22 @@ class CopyManager:
         if current is not None and current.status == "ready":
             self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
             return
+        if not self._published(name):
+            # e.g. a partition, whose changes arrive as its root's (publish_via_partition_root):
+            # its rows reach the lake through the root's copy and stream.
+            self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
+            return
         self.state.register(rel.namespace, rel.name, rel.relation_id, "pending")
         log(logger, "new table in the stream, copying it", table=f"{name[0]}.{name[1]}")
         self._submit((name,), None, self._position)
+
+    def _published(self, name: Name) -> bool:
+        conn = sql_connect(self.settings.source_url)
+        try:
+            published = setup.publication_tables(conn, self.settings.publication)
+        finally:
+            conn.close()
+        return any((t.schema, t.name) == name for t in published)
 
     def ack_limit(self) -> int | None:
         with self._lock:

@@ -262,9 +262,11 @@ def publication_tables(
         """
         SELECT pt.schemaname, pt.tablename, c.oid
         FROM pg_publication_tables pt
+        JOIN pg_publication p ON p.pubname = pt.pubname
         JOIN pg_namespace n ON n.nspname = pt.schemaname
         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-        WHERE pt.pubname = %s
+        -- with publish_via_partition_root, partitions' changes arrive as their root's
+        WHERE pt.pubname = %s AND NOT (p.pubviaroot AND c.relispartition)
         ORDER BY pt.schemaname, pt.tablename
         """,
         (publication,),
