@@ -153,6 +153,7 @@ def run(settings: Settings) -> None:
     finally:
         if served is not None:
             served[0].stop()
+            served[1].close()  # removes its scratch directory
         runtime.close()
         _stop_spark()
 
@@ -174,6 +175,7 @@ def serve(settings: Settings) -> None:
             database.refresh()  # follow commits of a `streambed run` elsewhere
     finally:
         server.stop()
+        database.close()
         state.close()
 
 
