@@ -201,6 +201,11 @@ def _register(spark: SparkSession) -> None:
     with _register_lock:
         spark.dataSource.register(PgCopySource)
         spark.dataSource.register(CopyParquetSink)
+    # Copies run in worker threads; `DataFrameWriter.save` looks Python data sources up in
+    # the JVM thread's *active* session, which a new thread does not have.
+    jvm = spark._jvm  # no public API sets the active session
+    if jvm is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 def _native(output: str, schema: pa.Schema) -> bool:
