@@ -246,21 +246,10 @@ class Pipeline:
         return not b.dirty and not b.in_transaction and b.staged_streams == 0
 
     def _dispatch(self, msg: m.Message, stream: Stream) -> None:
+        """Every message but Insert/Update/Delete, which `_stream` handles inline."""
         b = self._buffer
         kind = type(msg)
-        if kind is m.Insert:
-            assert isinstance(msg, m.Insert)
-            if msg.relation_id in self._wanted:
-                b.insert(msg)
-        elif kind is m.Update:
-            assert isinstance(msg, m.Update)
-            if msg.relation_id in self._wanted:
-                b.update(msg)
-        elif kind is m.Delete:
-            assert isinstance(msg, m.Delete)
-            if msg.relation_id in self._wanted:
-                b.delete(msg)
-        elif kind is m.Begin:
+        if kind is m.Begin:
             assert isinstance(msg, m.Begin)
             b.begin(msg.xid)
         elif kind is m.Commit:
