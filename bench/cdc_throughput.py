@@ -3,8 +3,10 @@
     .venv/bin/python bench/cdc_throughput.py [--rows 1000000] [--txn-rows 10000]
                                              [--updates 100000]
 
-A throwaway Postgres 15 gets two logical slots on the same publication, created before any
-data is written, so both see exactly the same WAL. Then:
+A throwaway Postgres 15 starts with an empty table. streambed starts on it first, as a user
+would: it creates its own slot, finds nothing to copy and marks the table ready, so what is
+measured afterwards is streaming, not the initial copy. Then the `pg_recvlogical` slot is
+created, before any data is written, so both slots see exactly the same WAL. Then:
 
 1. inserts: `--rows` rows in transactions of `--txn-rows` rows;
 2. updates: `--updates` rows spread evenly over the whole table (every k-th key), in
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from streambed.app import build_pipeline
 from streambed.config import Settings
 from streambed.log import setup
+from streambed.state.store import TableState
 from tests.fixtures.postgres import ThrowawayPostgres
 
 SLOT_LIMIT = "bench_limit"
@@ -63,6 +66,19 @@ def drain_with_pg_recvlogical(pg: ThrowawayPostgres, url: str, end_lsn: str) -> 
     return time.perf_counter() - started
 
 
+def start_streambed(settings: Settings) -> None:
+    """First start on the empty table: slot created, nothing copied, the table ready."""
+    runtime = build_pipeline(settings)
+    try:
+        runtime.pipeline.run(until=lambda: _ready(runtime.state.table("public", "bench_rows")))
+    finally:
+        runtime.close()
+
+
+def _ready(table: TableState | None) -> bool:
+    return table is not None and table.status == "ready"
+
+
 def drain_with_streambed(settings: Settings, changes: int) -> float:
     runtime = build_pipeline(settings)
     pipeline = runtime.pipeline
@@ -87,8 +103,9 @@ def main() -> None:
             "CREATE TABLE bench_rows (id bigint PRIMARY KEY, name text, "
             "amount numeric(12,2), at timestamptz)"
         )
-        pg.psql("CREATE PUBLICATION streambed FOR ALL TABLES")
-        pg.psql("SELECT pg_create_logical_replication_slot('streambed', 'pgoutput')")
+        pg.psql(
+            "CREATE PUBLICATION streambed FOR ALL TABLES WITH (publish_via_partition_root = true)"
+        )
         settings = Settings.from_env(
             {
                 "STREAMBED_SOURCE_URL": url,
@@ -97,6 +114,7 @@ def main() -> None:
                 "STREAMBED_HEARTBEAT_INTERVAL": "0",
             }
         )
+        start_streambed(settings)
         results = []
 
         # ---- phase 1: inserts ----
