@@ -34,6 +34,7 @@ demo: $(STAMP) system-deps
 
 docs: $(STAMP)
 	$(PY) -m streambed.config > docs/configuration.md
+	$(PY) -m streambed.config --env > config/streambed.env
 
 bench: $(STAMP) system-deps
 	$(PY) bench/cdc_throughput.py

@@ -1,8 +1,8 @@
 """Configuration from STREAMBED_* environment variables.
 
 Every setting is a field of `Settings` with its variable name, default and help text in
-the field metadata; `docs/configuration.md` is generated from it
-(`python -m streambed.config > docs/configuration.md`). `Settings.from_env` validates
+the field metadata; `docs/configuration.md` and the example `config/streambed.env` are
+generated from it (`make docs`). `Settings.from_env` validates
 everything at start and raises one ConfigError that names each bad variable and the fix.
 """
 
@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +152,7 @@ class Settings:
         "STREAMBED_QUERY_USERS",
         "Query server users as user:password,user2:password2 (SCRAM-SHA-256 verifiers are "
         "derived at start). With neither this nor STREAMBED_QUERY_USERS_FILE, no password is "
-        "asked (trust) and a warning is logged.",
+        "asked (trust, with a warning), which is allowed only on a loopback listen address.",
         "",
         secret=True,
     )
@@ -349,6 +350,17 @@ class Settings:
         ):
             if path and not Path(path).is_file():
                 out.append(f"{env}={path!r}: no such file")
+        listen_host = self.query_listen.rpartition(":")[0] or "127.0.0.1"
+        if (
+            self.query_listen
+            and listen_host not in _LOOPBACK
+            and not (self.query_users or self.query_users_file)
+        ):
+            out.append(
+                f"STREAMBED_QUERY_LISTEN={self.query_listen!r} accepts connections from other "
+                "machines, and no passwords are set: set STREAMBED_QUERY_USERS or "
+                "STREAMBED_QUERY_USERS_FILE, or listen on 127.0.0.1"
+            )
         if self.query_max_connections < 1:
             out.append(
                 f"STREAMBED_QUERY_MAX_CONNECTIONS={self.query_max_connections} must be at least 1"
@@ -404,6 +416,7 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts)
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
 
@@ -435,5 +448,29 @@ def reference_markdown() -> str:
     return "\n".join(lines)
 
 
+def example_env() -> str:
+    """config/streambed.env: every variable with its help text and default, commented out."""
+    lines = [
+        "# streambed configuration example: every STREAMBED_* variable, its meaning and default.",
+        "# Generated from streambed/config.py by `make docs`; see docs/configuration.md.",
+        "# Use it as `docker run --env-file`, or in a shell: set -a; . ./streambed.env; set +a",
+        "# Only STREAMBED_SOURCE_URL is required; uncomment a line to change a default.",
+    ]
+    for f in dataclasses.fields(Settings):
+        lines.append("")
+        lines += ["# " + line for line in textwrap.wrap(f.metadata["help"], 96)]
+        if f.default is dataclasses.MISSING:
+            lines.append(f"{f.metadata['env']}=postgresql://streambed:change-me@localhost:5432/app")
+        elif isinstance(f.default, tuple):
+            lines.append(f"#{f.metadata['env']}={','.join(f.default)}")
+        else:
+            lines.append(f"#{f.metadata['env']}={f.default}")
+    lines.append("")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    sys.stdout.write(reference_markdown())
+    if sys.argv[1:] == ["--env"]:
+        sys.stdout.write(example_env())
+    else:
+        sys.stdout.write(reference_markdown())

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings, redact_url, reference_markdown
+from streambed.config import Settings, example_env, redact_url, reference_markdown
 from streambed.errors import ConfigError, Kind
 
 URL = "postgresql://app:s3cret@db.example:5432/shop"
@@ -94,6 +95,47 @@ def test_reference_lists_every_variable_and_the_checked_in_copy_is_current() -> 
         assert f"`{name}`" in text
     checked_in = Path(__file__).parents[3] / "docs" / "configuration.md"
     assert checked_in.read_text() == text, "run `make docs` to regenerate docs/configuration.md"
+
+
+def test_example_env_is_current_and_its_defaults_are_the_settings_defaults() -> None:
+    text = example_env()
+    checked_in = Path(__file__).parents[3] / "config" / "streambed.env"
+    assert checked_in.read_text() == text, "run `make docs` to regenerate config/streambed.env"
+    environ: dict[str, str] = {}
+    for line in text.splitlines():
+        assignment = line.removeprefix("#")
+        name, sep, value = assignment.partition("=")
+        if sep and name.startswith("STREAMBED_"):
+            environ[name] = value
+    assert len(environ) == len(dataclasses.fields(Settings))
+    from_file = Settings.from_env(environ)
+    defaults = Settings.from_env({"STREAMBED_SOURCE_URL": environ["STREAMBED_SOURCE_URL"]})
+    assert from_file == defaults
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:5433", "10.1.2.3:5433", "[::]:5433"])
+def test_listening_beyond_loopback_needs_passwords(listen: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_QUERY_LISTEN": listen})
+    assert "STREAMBED_QUERY_USERS" in str(caught.value)
+    settings = Settings.from_env(
+        {
+            "STREAMBED_SOURCE_URL": URL,
+            "STREAMBED_QUERY_LISTEN": listen,
+            "STREAMBED_QUERY_USERS": "analyst:secret",
+        }
+    )
+    assert settings.query_listen == listen
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:5433", "localhost:5433", "[::1]:5433", ":5433"])
+def test_loopback_without_passwords_is_allowed(listen: str) -> None:
+    assert (
+        Settings.from_env(
+            {"STREAMBED_SOURCE_URL": URL, "STREAMBED_QUERY_LISTEN": listen}
+        ).query_listen
+        == listen
+    )
 
 
 @pytest.mark.parametrize(
