@@ -8,14 +8,12 @@ import random
 import signal
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.fixtures.postgres import PgDatabase
-from tests.integration.pipeline.conftest import Deployment, deployment
+from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
 
 pytestmark = pytest.mark.integration
@@ -93,17 +91,6 @@ class Writer(threading.Thread):
         self.halt.set()
         self.join(30)
         assert self.error is None, self.error
-
-
-@pytest.fixture
-def copy_deployment(pg_db: PgDatabase, tmp_path: Path) -> Iterator[Deployment]:
-    d = deployment(pg_db, tmp_path)
-    d.env["STREAMBED_FLUSH_INTERVAL"] = "1"
-    d.proc.env.update(d.env)
-    try:
-        yield d
-    finally:
-        d.proc.kill()
 
 
 def _statuses(d: Deployment) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""A copy that cannot run (no SELECT permission) leaves the other tables streaming and is
+retried by `streambed resync`; a resync of a healthy table re-copies it online."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import psycopg
+import pytest
+
+from tests.fixtures.postgres import PgDatabase
+from tests.integration.copy.test_initial_copy import TABLES, Writer, _all_ready, _schema, _statuses
+from tests.integration.pipeline.conftest import STREAMING_OPTIONS, Deployment
+from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _resync(d: Deployment, table: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "streambed.cli", "resync", table],
+        env={**os.environ, **d.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _copies_committed(d: Deployment, table: str) -> int:
+    return sum(
+        1 for line in d.proc.logs().splitlines() if "copy committed" in line and table in line
+    )
+
+
+def test_a_table_without_select_is_reported_and_copied_after_grant_and_resync(
+    copy_deployment: Deployment, pg_db: PgDatabase
+) -> None:
+    d = copy_deployment
+    role = "copier_" + uuid.uuid4().hex[:8]
+    pg_db.server.create_role(role, "pw-copier", replication=True)
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        for table in ("open_t", "locked_t"):
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 500) g")
+        conn.execute(f"GRANT SELECT ON open_t TO {role}")
+        # Creating a FOR ALL TABLES publication needs a superuser: an administrator does it.
+        conn.execute(
+            "CREATE PUBLICATION streambed FOR ALL TABLES WITH (publish_via_partition_root = true)"
+        )
+    d.proc.start({"STREAMBED_SOURCE_URL": pg_db.url_as(role, "pw-copier") + STREAMING_OPTIONS})
+    wait_until(lambda: _all_ready(d, ["public.open_t"]), 240, "open_t copied", d.proc)
+    wait_until(
+        lambda: "GRANT SELECT ON public.locked_t" in d.proc.logs(), 120, "the message", d.proc
+    )
+    assert _statuses(d)["public.locked_t"] != "ready"
+    assert "pw-copier" not in d.proc.logs()
+    # The other table keeps streaming while locked_t waits.
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("INSERT INTO open_t VALUES (1000, 'later')")
+        conn.execute("UPDATE locked_t SET v = 'changed while blocked' WHERE id <= 10")
+        conn.execute("DELETE FROM locked_t WHERE id > 490")
+    wait_lake_equals_source(d.settings, d.url, ["public.open_t"], d.proc)
+    assert d.proc.running
+
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute(f"GRANT SELECT ON locked_t TO {role}")
+    assert "resync of public.locked_t requested" in _resync(d, "public.locked_t")
+    wait_until(lambda: _all_ready(d, ["public.locked_t"]), 240, "locked_t copied", d.proc)
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("UPDATE locked_t SET v = 'after the copy' WHERE id = 1")
+    wait_lake_equals_source(d.settings, d.url, ["public.open_t", "public.locked_t"], d.proc)
+    assert d.proc.stop() == 0
+
+
+def test_resync_of_a_ready_table_copies_it_again_while_writes_continue(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    _schema(d.url)
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
+    assert _copies_committed(d, "public.big_a") == 1
+    writer = Writer(d.url, TABLES)
+    writer.start()
+    try:
+        _resync(d, "public.big_a")
+        wait_until(
+            lambda: _copies_committed(d, "public.big_a") == 2, 240, "the second copy", d.proc
+        )
+        wait_until(lambda: _all_ready(d, TABLES), 240, "every table ready again", d.proc)
+    finally:
+        writer.stop()
+    assert writer.transactions > 10
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
+    assert d.proc.stop() == 0
