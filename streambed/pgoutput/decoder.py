@@ -179,6 +179,44 @@ def _read_values(
     return tuple(values), pos
 
 
+# Tuples of text and NULL values only (nearly every row) are read by a function made for
+# their column count: one straight run of unpacks and slices per column, no loop, no list.
+# It accepts a subset of what `_read_values` accepts and gives the same result for it; on
+# anything else ('u', 'b', a bad kind, a length past the end) it returns None and the
+# caller reads the tuple again with `_read_values`, which handles or reports it.
+_FAST_MAX_COLUMNS = 64
+_FastReader = Callable[[bytes, int, int], "tuple[TupleData, int] | None"]
+_fast_readers: dict[int, _FastReader] = {}
+
+_FAST_COLUMN = """\
+    marker, length = unpack(padded, pos)
+    if marker == 0x74:
+        end = pos + 5 + length
+        if end > size:
+            return None
+        v{i} = padded[pos + 5 : end]
+        pos = end
+    elif marker == 0x6E:
+        v{i} = None
+        pos += 1
+    else:
+        return None
+"""
+
+
+def _fast_reader(count: int) -> _FastReader | None:
+    """The reader of text/NULL tuples of `count` columns (None above `_FAST_MAX_COLUMNS`)."""
+    reader = _fast_readers.get(count)
+    if reader is None and 0 < count <= _FAST_MAX_COLUMNS:
+        body = "".join(_FAST_COLUMN.format(i=i) for i in range(count))
+        values = "".join(f"v{i}, " for i in range(count))
+        source = f"def read(padded, pos, size, unpack=unpack):\n{body}    return ({values}), pos\n"
+        namespace: dict[str, object] = {"unpack": _VALUE_HEAD.unpack_from}
+        exec(source, namespace)  # generated from the constant above only
+        reader = _fast_readers[count] = namespace["read"]  # type: ignore[assignment]
+    return reader
+
+
 def _bad_length(kind: str, pos: int, size: int, length: int, what: str) -> DecodeError:
     if pos + 5 > size:
         return _truncated(kind, pos, f"the length of a {what} value")
@@ -303,7 +341,12 @@ def _insert(data: bytes, in_stream: bool) -> Insert:
     if marker != _NEW or count < 0:
         return _insert_slow(data, in_stream)
     size = len(data)
-    new, pos = _read_values(data + _PAD, pos, size, count, "Insert")
+    padded = data + _PAD
+    reader = _fast_readers.get(count) or _fast_reader(count)
+    read = reader(padded, pos, size) if reader is not None else None
+    if read is None:
+        read = _read_values(padded, pos, size, count, "Insert")
+    new, pos = read
     if pos != size:
         _check_end(data, pos, "Insert")
     message = _new_object(Insert)

@@ -371,3 +371,13 @@ def test_full_row_truncate_and_key_only_delete(tmp_path: Path) -> None:
     assert (delta.truncated, delta.removed_keys, delta.rows) == (True, (), (row,))
     with pytest.raises(StreambedError, match="no value"):
         run_txns(buf, [[Delete(REL_ID, (b"1", None, None), True)]], lsn=900)
+
+
+def test_rows_bytes_counts_like_row_bytes() -> None:
+    from streambed.buffer.table import row_bytes, rows_bytes
+    from streambed.pgoutput.messages import UNCHANGED, Binary
+
+    plain = [(b"1", b"", None), (b"22", b"abc", b"x" * 100)]
+    odd = [*plain, (b"3", Binary(b"\x00\x01"), UNCHANGED)]
+    for rows in (plain, odd, []):
+        assert rows_bytes(rows) == sum(map(row_bytes, rows))  # type: ignore[arg-type]

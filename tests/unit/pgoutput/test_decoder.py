@@ -34,6 +34,8 @@ from streambed.pgoutput.messages import (
     StreamStart,
     StreamStop,
     Truncate,
+    TupleData,
+    TupleValue,
     Type,
     Update,
 )
@@ -561,3 +563,24 @@ class TestDecoder:
             if in_stream != decoder.in_stream:
                 decoder.decode(b"S" + u32(XID) + i8(0) if in_stream else b"E")
             assert decoder.decode(payload) == expected
+
+
+@pytest.mark.parametrize("count", [0, 1, 4, 64, 65])
+@pytest.mark.parametrize("last", [b"x" * 300, b"", None, UNCHANGED, Binary(b"\x00\x01")])
+def test_insert_fast_readers_agree_with_the_generic_reader(count: int, last: TupleValue) -> None:
+    """Text/NULL tuples take a reader made per column count; anything else falls back."""
+    values: TupleData = tuple(None if i % 3 == 1 else b"%d" % i for i in range(count))
+    if count:
+        values = (*values[:-1], last)
+    message = Insert(16385, values)
+    payload = encode(message, in_stream=False)
+    assert decode(payload, in_stream=False) == message
+    size = len(payload)
+    padded = payload + decoder_module._PAD
+    generic = decoder_module._read_values(padded, 8, size, count, "Insert")
+    assert generic == (values, size)
+    for cut in range(8, size):  # every truncation inside the tuple is still one DecodeError
+        with pytest.raises(DecodeError) as caught:
+            decode(payload[:cut], in_stream=False)
+        assert caught.value.message_kind == "Insert"
+        assert 0 <= caught.value.offset <= cut
