@@ -13,6 +13,17 @@ A crash between any two steps replays from the slot's confirmed LSN; changes who
 LSN is at or below a table's frontier are skipped by the buffer, so nothing is applied
 twice, and nothing is acknowledged before it is durable in Iceberg.
 
+Catching up. The interval trigger exists for freshness; while the stream is behind (the
+last commit read is older than `flush_interval`, e.g. after downtime or during a long
+merge) a flush on the interval only pays a full merge for a few changes and makes the
+backlog grow. Then the interval is stretched to `CATCH_UP_INTERVAL_FACTOR` times its
+setting, until a commit read is recent again or the stream has nothing more to send; the
+rows and bytes triggers still bound memory. pgoutput carries no "WAL end of the server"
+(in logical replication the XLogData wal_end is the message's own LSN and a keepalive's is
+what the walsender has sent), so the age of the commits read is the measure of being
+behind. A source clock far behind this machine's makes every commit look old; the stretched
+interval still bounds how long changes wait.
+
 Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
 changes are dropped, the stream is acknowledged no further than where they were first
 dropped, and when a copy commits the stream is restarted so the slot sends them again.
@@ -39,11 +50,14 @@ from streambed.lsn import format_lsn
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
 from streambed.replication.backoff import Retrier
-from streambed.replication.stream import Batch
+from streambed.replication.stream import Batch, pg_now
 
 logger = logging.getLogger("streambed.pipeline")
 
 HEARTBEAT_PREFIX = "streambed_heartbeat"
+
+CATCH_UP_INTERVAL_FACTOR = 30
+"""While the stream is behind, the interval trigger waits this many flush intervals."""
 
 
 class Stream(Protocol):
@@ -117,6 +131,7 @@ class Pipeline:
         self._registered: set[tuple[str, str]] = set()
         self._buffer = self._new_buffer()
         self._last_flush = time.monotonic()
+        self._behind = False  # catching up: see "Catching up" in the module doc
 
     # ---- control --------------------------------------------------------------------
 
@@ -225,10 +240,13 @@ class Pipeline:
                 # Nothing buffered or open: every change before that WAL end is durable or
                 # was not for us, so the slot may move on (and release the WAL it pins).
                 stream.ack(batch.keepalive_end)
+            if not batch.payloads and self._behind:
+                self._caught_up()  # the source has nothing more to send right now
             now = time.monotonic()
-            if buffer.should_flush(
-                now, settings.flush_rows, settings.flush_bytes, settings.flush_interval
-            ):
+            interval = settings.flush_interval
+            if self._behind:
+                interval *= CATCH_UP_INTERVAL_FACTOR
+            if buffer.should_flush(now, settings.flush_rows, settings.flush_bytes, interval):
                 self.flush(stream)
             if copier is not None and copier.due(now):
                 self.flush(stream)
@@ -255,6 +273,7 @@ class Pipeline:
         elif kind is m.Commit:
             assert isinstance(msg, m.Commit)
             b.commit(msg.commit_lsn, msg.end_lsn)
+            self._commit_age(msg.commit_ts)
         elif kind is m.Relation:
             assert isinstance(msg, m.Relation)
             self._relation(msg, stream)
@@ -271,10 +290,25 @@ class Pipeline:
         elif kind is m.StreamCommit:
             assert isinstance(msg, m.StreamCommit)
             b.stream_commit(msg.xid, msg.commit_lsn, msg.end_lsn)
+            self._commit_age(msg.commit_ts)
         elif kind is m.StreamAbort:
             assert isinstance(msg, m.StreamAbort)
             b.stream_abort(msg.xid, msg.subxid)
         # Origin, Type and logical messages (heartbeats) carry nothing to apply.
+
+    def _commit_age(self, commit_ts: int) -> None:
+        """Behind when the commit just read is older than one flush interval."""
+        lag = (pg_now() - commit_ts) / 1e6
+        if lag > self.settings.flush_interval:
+            if not self._behind:
+                self._behind = True
+                log(logger, "catching up", lag=f"{lag:.1f}s")
+        elif self._behind:
+            self._caught_up()
+
+    def _caught_up(self) -> None:
+        self._behind = False
+        log(logger, "caught up")
 
     def _relation(self, rel: m.Relation, stream: Stream) -> None:
         qualified = f"{rel.namespace}.{rel.name}"
