@@ -13,10 +13,13 @@ No network I/O; the only files are the spill files in `spill_dir`.
 
 Large transactions. With a `stage` callback, a committed streamed transaction is not
 moved into memory whole: while it is replayed from its spill file, every table whose
-buffer grows past `txn_memory_bytes` hands its collapsed changes over as a part
+buffer grows past half of `txn_memory_bytes` hands its collapsed changes over as a part
 (`TableDelta(final=False)`) to `stage`, which writes them as data files without committing.
 The table's next delta from `drain` is final and commits every part in one snapshot at
-its commit LSN, so no reader ever sees part of a transaction. Collapsing per key still
+its commit LSN, so no reader ever sees part of a transaction. Working sets are fractions
+of the bound, so peak memory stays near one `txn_memory_bytes`: staged streams spill
+past it, a spill file is read back one segment (1/8 of it) at a time, and a part (1/2)
+leaves room for its Arrow conversion. Collapsing per key still
 works across parts: a key changed again in a later part was handed over already, so it
 is a *removed key* of the later part and the lake side removes it from the files the
 earlier parts wrote (a merge of those files). Limits: a part of keyed changes that
@@ -70,6 +73,12 @@ class ChangeBuffer:
 
     part_check_ops = 4096
     """With `stage`, how many changes are applied between two checks of a table's size."""
+
+    segment_fraction = 8
+    """A staged segment (what a spill file is read back in) is this fraction of the bound."""
+
+    part_fraction = 2
+    """With `stage`, a table hands a part over at this fraction of the bound."""
 
     def __init__(
         self,
@@ -271,7 +280,7 @@ class ChangeBuffer:
             self._drop_stream(xid)
             staging = None
         if staging is None:
-            staging = self._streams[xid] = StreamStaging(xid, self._spill_dir)
+            staging = self._streams[xid] = self._new_staging(xid)
         self._stream = staging
 
     def stream_stop(self) -> None:
@@ -284,11 +293,12 @@ class ChangeBuffer:
             raise _protocol(f"Stream Commit of xid {xid} inside a transaction")
         staging = self._streams.pop(xid, None)
         if staging is None:
-            staging = StreamStaging(xid, self._spill_dir)  # nothing of ours in it
+            staging = self._new_staging(xid)  # nothing of ours in it
         self._staged_memory -= staging.memory
         try:
             if not self._taken(commit_lsn):
                 targets: dict[int, TableBuffer | None] = {}
+                part_bytes = self._txn_memory_bytes // self.part_fraction
                 for ops_by_relation in staging.replay():
                     for rid, ops in ops_by_relation.items():
                         if rid in targets:
@@ -303,7 +313,7 @@ class ChangeBuffer:
                         step = self.part_check_ops
                         for start in range(0, len(ops), step):
                             self._apply(rid, table, ops[start : start + step])
-                            if table.bytes > self._txn_memory_bytes:
+                            if table.bytes > part_bytes:
                                 self._hand_over(table, commit_lsn)
                 self._last_commit_lsn = commit_lsn
                 self._last_end_lsn = end_lsn
@@ -389,6 +399,9 @@ class ChangeBuffer:
         if self._staged_memory > self._txn_memory_bytes:
             for other in self._streams.values():
                 self._staged_memory -= other.spill()
+
+    def _new_staging(self, xid: int) -> StreamStaging:
+        return StreamStaging(xid, self._spill_dir, self._txn_memory_bytes // self.segment_fraction)
 
     def _drop_stream(self, xid: int) -> None:
         staging = self._streams.pop(xid, None)
