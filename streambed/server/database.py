@@ -23,7 +23,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,9 +34,10 @@ import duckdb
 import pglast
 import pyarrow as pa
 from pglast import ast, enums
+from pglast.stream import RawStream
 
 from streambed.config import Settings
-from streambed.server import catalog, pgtypes, rewrite, timetravel
+from streambed.server import catalog, cursors, pgtypes, rewrite, timetravel
 from streambed.server.extensions import load_extensions, offline_config
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class QueryResult:
 
     @property
     def command_tag(self) -> str:
-        return f"{self._tag} {self._rows}" if self._tag == "SELECT" else self._tag
+        return f"{self._tag} {self._rows}" if self._tag in ("SELECT", "FETCH") else self._tag
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         if self._batches is None:
@@ -477,7 +478,11 @@ class LakeDatabase:
         conn.execute(f"SET allowed_directories = [{listed}]")
         conn.execute("SET enable_external_access = false")
         conn.execute("SET allow_community_extensions = false")
-        conn.execute("SET lock_configuration = true")
+        # No lock_configuration: it would also lock each session's TimeZone, which DuckDB's
+        # ICU functions (date_trunc, ::date, extract on timestamptz) compute in. The sandbox
+        # holds without it: DuckDB refuses to turn external access, allowed_directories,
+        # community or unsigned extensions back on at runtime, and clients cannot SET
+        # DuckDB settings at all (every SET is checked against Postgres session settings).
 
     # -- refresh --------------------------------------------------------------------------
 
@@ -644,7 +649,9 @@ class DbSession:
         self._canceled = False
         self._timer: threading.Timer | None = None
         self._open: QueryResult | None = None
-        self._applied_path: str | None = None
+        self._applied: tuple[str, str] | None = None  # (search_path, TimeZone) on _cursor
+        self._active = cursor  # the DuckDB connection running the current statement
+        self._cursors: dict[str, cursors.SqlCursor] = {}
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -670,11 +677,13 @@ class DbSession:
     def interrupt(self) -> None:
         """Cancel the running statement (CancelRequest). Safe from any thread."""
         self._canceled = True
-        self._cursor.interrupt()
+        with contextlib.suppress(duckdb.Error):
+            self._active.interrupt()
 
     def close(self) -> None:
         if self._open is not None:
             self._open.close()
+        self._close_cursors(lambda c: True)
         with contextlib.suppress(duckdb.Error):
             self._cursor.close()
 
@@ -696,6 +705,7 @@ class DbSession:
 
     def _fail(self, error: QueryError) -> None:
         if self._status == "T":
+            self._close_cursors(lambda c: c.in_transaction)
             self._status = "E"
             with contextlib.suppress(duckdb.Error):
                 self._cursor.execute("ROLLBACK")
@@ -744,13 +754,12 @@ class DbSession:
         if isinstance(stmt, ast.SelectStmt):
             self._check_read_only(stmt)
             return self._select(sql, stmt, params, tag="SELECT")
-        if isinstance(stmt, ast.DeclareCursorStmt | ast.FetchStmt | ast.ClosePortalStmt):
-            raise QueryError(
-                "SQL cursors (DECLARE/FETCH/CLOSE) are not supported; results are streamed, "
-                "so read them with the extended protocol's row limit (JDBC setFetchSize, "
-                "psycopg client-side cursors) instead",
-                "0A000",
-            )
+        if isinstance(stmt, ast.DeclareCursorStmt):
+            return self._declare(stmt, params)
+        if isinstance(stmt, ast.FetchStmt):
+            return self._fetch(stmt)
+        if isinstance(stmt, ast.ClosePortalStmt):
+            return self._close_cursor(stmt.portalname)
         if isinstance(stmt, ast.PrepareStmt | ast.ExecuteStmt):
             raise QueryError(
                 "SQL-level PREPARE/EXECUTE is not supported; use the extended query protocol",
@@ -847,22 +856,42 @@ class DbSession:
         return self._db.resolve_time_travel(function, table, value)
 
     def _select(self, sql: str, stmt: ast.Node, params: list[object], tag: str) -> QueryResult:
+        text, params, names = self._prepare_select(sql, stmt, params)
+        return self._run(text, params, names, tag)
+
+    def _prepare_select(
+        self, sql: str | None, stmt: ast.Node, params: list[object]
+    ) -> tuple[str, list[object], list[str | None]]:
+        """The DuckDB text of a parsed SELECT (rewritten only if needed), its parameters and
+        the Postgres column names. `sql` None: print the statement from its parse tree."""
         names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
-        text = sql
         if rewrite.needs_rewrite(stmt):
             try:
                 text = rewrite.rewrite(stmt, self._session_values(params))
             except timetravel.TimeTravelError as e:
                 raise QueryError(str(e), e.sqlstate) from e
             # time-travel arguments given as $n were resolved into constants
-            params = params[: _param_count(stmt)]
-        return self._run(text, params, names, tag)
+            return text, params[: _param_count(stmt)], names
+        return (sql if sql is not None else str(RawStream()(stmt))), params, names
 
-    def _apply_search_path(self) -> None:
-        wanted = ",".join([*self._search_path(), "main"])
-        if wanted != self._applied_path:
-            self._cursor.execute(f"SET search_path = '{wanted}'")
-            self._applied_path = wanted
+    def _apply_settings(self, conn: duckdb.DuckDBPyConnection, applied: Any) -> tuple[str, str]:
+        """Give a DuckDB connection the session's search_path and TimeZone (DuckDB computes
+        date_trunc, ::date, extract on timestamptz in its TimeZone, like Postgres)."""
+        path = ",".join([*self._search_path(), "main"])
+        zone = self.settings["timezone"]
+        wanted = (path, zone)
+        if applied is None or applied[0] != path:
+            conn.execute(f"SET search_path = '{path}'")
+        if applied is None or applied[1] != zone:
+            try:
+                conn.execute(f"SET TimeZone = '{zone.replace(chr(39), chr(39) * 2)}'")
+            except duckdb.Error as e:
+                # a zone Python knows and ICU does not: computed in UTC, still shown in it
+                log.warning(
+                    "time zone not known to duckdb",
+                    extra={"fields": {"zone": zone, "error": str(e)}},
+                )
+        return wanted
 
     def _search_path(self) -> list[str]:
         existing = self._db.schemas
@@ -878,21 +907,39 @@ class DbSession:
     def _run(
         self, sql: str, params: list[object], names: list[str | None], tag: str
     ) -> QueryResult:
-        self._apply_search_path()
+        self._applied = self._apply_settings(self._cursor, self._applied)
+        self._active = self._cursor
         self._timed_out = False
         self._canceled = False
         self._start_timer()
         try:
-            # None for statements that return no rows (stubs say otherwise)
-            relation: duckdb.DuckDBPyRelation | None = self._cursor.sql(sql, params=params or None)
-            if relation is None:
-                self._stop_timer()
-                return QueryResult([], None, tag)
-            description = relation.description
-            reader = relation.to_arrow_reader(self._db.settings.batch_rows)
+            opened = self._open_reader(self._cursor, sql, params, names)
         except Exception:
             self._stop_timer()
             raise
+        if opened is None:
+            self._stop_timer()
+            return QueryResult([], None, tag)
+        columns, batches = opened
+        result = QueryResult(columns, batches, tag, on_close=self._stop_timer)
+        self._open = result
+        return result
+
+    def _open_reader(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        sql: str,
+        params: list[object],
+        names: list[str | None],
+    ) -> tuple[list[ColumnInfo], Iterator[pa.RecordBatch]] | None:
+        """Start `sql` on `conn`: Postgres column descriptions and the batch stream, or None
+        for a statement without rows."""
+        # None for statements that return no rows (stubs say otherwise)
+        relation: duckdb.DuckDBPyRelation | None = conn.sql(sql, params=params or None)
+        if relation is None:
+            return None
+        description = relation.description
+        reader = relation.to_arrow_reader(self._db.settings.batch_rows)
         actual = [str(d[0]) for d in description]
         renames = rewrite.rename_map(names, actual)
         final_names = [renames.get(i, n) for i, n in enumerate(actual)]
@@ -906,11 +953,7 @@ class DbSession:
                 [f.with_name(final_names[i]) for i, f in enumerate(reader.schema)],
                 metadata=reader.schema.metadata,
             )
-        result = QueryResult(
-            columns, self._stream(reader, schema, bool(renames)), tag, on_close=self._stop_timer
-        )
-        self._open = result
-        return result
+        return columns, self._stream(reader, schema, bool(renames))
 
     def _stream(
         self, reader: pa.RecordBatchReader, schema: pa.Schema, rename: bool
@@ -947,7 +990,8 @@ class DbSession:
 
     def _on_timeout(self) -> None:
         self._timed_out = True
-        self._cursor.interrupt()
+        with contextlib.suppress(duckdb.Error):
+            self._active.interrupt()
 
     def _stop_timer(self) -> None:
         timer, self._timer = self._timer, None
@@ -966,6 +1010,11 @@ class DbSession:
                 self._status = "T"
             return QueryResult([], None, "BEGIN")
         if kind in (K.TRANS_STMT_COMMIT, K.TRANS_STMT_ROLLBACK):
+            # the end of a block closes its cursors, except those WITH HOLD it committed
+            committed = kind == K.TRANS_STMT_COMMIT and self._status == "T"
+            self._close_cursors(lambda c: c.in_transaction and (not c.hold or not committed))
+            for cursor in self._cursors.values():
+                cursor.in_transaction = False
             if self._status == "T":
                 with contextlib.suppress(duckdb.Error):
                     self._cursor.execute("ROLLBACK")
@@ -988,6 +1037,102 @@ class DbSession:
                 raise QueryError(f"{tag} can only be used in transaction blocks", "25P01")
             return QueryResult([], None, tag)
         raise QueryError("two-phase commit is not supported on a read-only replica", "0A000")
+
+    # -- cursors (DECLARE / FETCH / MOVE / CLOSE) -----------------------------------------
+
+    def cursor_columns(self, name: str) -> list[ColumnInfo] | None:
+        """The columns of a declared cursor (Describe Portal by the cursor's name, as
+        psycopg's named cursors send), or None if there is no such cursor."""
+        cursor = self._cursors.get(name)
+        return None if cursor is None else list(cursor.columns)
+
+    def _declare(self, stmt: ast.DeclareCursorStmt, params: list[object]) -> QueryResult:
+        name = stmt.portalname or ""
+        options = stmt.options or 0
+        hold = bool(options & cursors.HOLD)
+        if self._status == "I" and not hold:
+            raise QueryError("DECLARE CURSOR can only be used in transaction blocks", "25P01")
+        if options & cursors.BINARY:
+            raise QueryError(
+                "BINARY cursors are not supported; FETCH through the extended protocol with "
+                "binary result formats instead",
+                "0A000",
+            )
+        if name in self._cursors:
+            raise QueryError(f'cursor "{name}" already exists', "42P03")
+        query = stmt.query
+        if not isinstance(query, ast.SelectStmt):
+            raise QueryError("DECLARE CURSOR must be followed by a SELECT", "42601")
+        self._check_read_only(query)
+        text, params, names = self._prepare_select(None, query, params)
+        # its own DuckDB connection: the session's next statements must not end its result
+        conn = self._cursor.cursor()
+        try:
+            self._apply_settings(conn, None)
+            self._active = conn
+            self._timed_out = False
+            self._canceled = False
+            opened = self._open_reader(conn, text, params, names)
+        except Exception:
+            self._active = self._cursor
+            conn.close()
+            raise
+        self._active = self._cursor
+        if opened is None:
+            conn.close()
+            raise QueryError("DECLARE CURSOR must be followed by a SELECT", "42601")
+        columns, batches = opened
+        self._cursors[name] = cursors.SqlCursor(
+            name,
+            columns,
+            batches,
+            hold,
+            in_transaction=self._status == "T",
+            connection=conn,
+            on_close=conn.close,
+        )
+        return QueryResult([], None, "DECLARE CURSOR")
+
+    def _named_cursor(self, name: str | None) -> cursors.SqlCursor:
+        cursor = self._cursors.get(name or "")
+        if cursor is None:
+            raise QueryError(f'cursor "{name}" does not exist', "34000")
+        return cursor
+
+    def _fetch(self, stmt: ast.FetchStmt) -> QueryResult:
+        cursor = self._named_cursor(stmt.portalname)
+        try:
+            skip, count = cursors.forward_count(stmt, cursor)
+        except cursors.CursorError as e:
+            raise QueryError(e.message, e.sqlstate) from e
+        self._active = cursor.connection
+        self._timed_out = False
+        self._canceled = False
+        if stmt.ismove:
+            moved = cursor.skip(skip + count)
+            return QueryResult([], None, f"MOVE {moved}")
+        if skip:
+            cursor.skip(skip)
+        self._start_timer()
+        result = QueryResult(
+            list(cursor.columns), cursor.take(count), "FETCH", on_close=self._stop_timer
+        )
+        self._open = result
+        return result
+
+    def _close_cursor(self, name: str | None) -> QueryResult:
+        if name is None:  # CLOSE ALL
+            self._close_cursors(lambda c: True)
+            return QueryResult([], None, "CLOSE CURSOR ALL")
+        self._named_cursor(name).close()
+        del self._cursors[name]
+        return QueryResult([], None, "CLOSE CURSOR")
+
+    def _close_cursors(self, which: Callable[[cursors.SqlCursor], bool]) -> None:
+        for name, cursor in list(self._cursors.items()):
+            if which(cursor):
+                del self._cursors[name]
+                cursor.close()
 
     # -- SET / SHOW --------------------------------------------------------------------------
 

@@ -78,6 +78,9 @@ class Session(Protocol):
     @property
     def timezone(self) -> str: ...
     def parameter_status(self) -> dict[str, str]: ...
+    def cursor_columns(self, name: str) -> Sequence[Column] | None:
+        """Columns of a cursor declared with SQL DECLARE, or None if there is none."""
+        ...
 
 
 class Database(Protocol):
@@ -390,6 +393,14 @@ class ConnectionHandler:
 
     def _describe(self, msg: messages.Describe) -> Iterator[bytes]:
         if msg.kind == "P":
+            if msg.name and msg.name not in self._portals:
+                # a cursor declared with SQL DECLARE is a portal too (psycopg's named
+                # cursors describe it before fetching)
+                declared = self._require_session().cursor_columns(msg.name)
+                if declared is not None:
+                    specs = results.column_specs([(c.name, _pg_type(c)) for c in declared], ())
+                    yield results.row_description(specs) if specs else messages.no_data()
+                    return
             portal = self._portal(msg.name)
             if portal.result is None and not portal.done:
                 self._start(portal)
@@ -587,6 +598,9 @@ def _error(error: SqlError) -> bytes:
 
 
 def _select_tag(tag: str, rows: int) -> str:
-    """SELECT reports the rows this Execute sent (as Postgres does for a portal run in
-    pieces); the database's tag counts the whole statement."""
-    return f"SELECT {rows}" if tag == "" or tag.split(" ", 1)[0] == "SELECT" else tag
+    """SELECT (and FETCH) report the rows this Execute sent (as Postgres does for a portal
+    run in pieces); the database's tag counts the whole statement."""
+    verb = tag.split(" ", 1)[0]
+    if tag == "" or verb == "SELECT":
+        return f"SELECT {rows}"
+    return f"FETCH {rows}" if verb == "FETCH" else tag

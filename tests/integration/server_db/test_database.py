@@ -100,9 +100,9 @@ def test_handler_table(
         ("SELECT nope FROM orders", "42703"),
         ("SELECT 'abc'::int", "22P02"),
         ("SHOW no_such_setting", "42704"),
-        ("DECLARE c CURSOR FOR SELECT 1", "0A000"),
-        ("FETCH 10 FROM c", "0A000"),
-        ("CLOSE c", "0A000"),
+        ("DECLARE c CURSOR FOR SELECT 1", "25P01"),  # outside a transaction block
+        ("FETCH 10 FROM c", "34000"),
+        ("CLOSE c", "34000"),
         ("SELECT 1 / 0", "22012"),
         ("SELECT 1 % 0", "22012"),
         ("SELECT 1.5 / 0", "22012"),
@@ -287,3 +287,77 @@ def test_set_show_reset(db: LakeDatabase) -> None:
         assert session.execute(sql).command_tag == "SET"
     with pytest.raises(QueryError):
         session.execute("SET TimeZone = 'Mars/Base'")
+
+
+def _run(session: Any, sql: str, params: list[Any] | None = None) -> tuple[str, list[Any]]:
+    result = session.execute(sql, params)
+    rows = result.rows() if result.columns else []
+    return result.command_tag, rows
+
+
+def test_cursors_declare_fetch_move_close(db: LakeDatabase) -> None:
+    s = db.session()
+    assert _run(s, "BEGIN") == ("BEGIN", [])
+    assert _run(
+        s, "DECLARE c NO SCROLL CURSOR FOR SELECT id FROM orders WHERE id >= $1 ORDER BY id", [1]
+    ) == ("DECLARE CURSOR", [])
+    assert [c.name for c in s.cursor_columns("c") or []] == ["id"]
+    assert _run(s, "SELECT count(*) FROM orders") == ("SELECT 1", [(3,)])  # c stays open
+    assert _run(s, "FETCH 2 FROM c") == ("FETCH 2", [(1,), (2,)])
+    assert _run(s, "MOVE 5 c") == ("MOVE 1", [])
+    assert _run(s, "FETCH NEXT FROM c") == ("FETCH 0", [])
+    assert _run(s, "CLOSE c") == ("CLOSE CURSOR", [])
+    assert s.cursor_columns("c") is None
+    _run(s, "DECLARE d CURSOR FOR SELECT * FROM range(10) t(i)")
+    assert _run(s, "FETCH ABSOLUTE 4 FROM d") == ("FETCH 1", [(3,)])
+    assert _run(s, "FETCH RELATIVE 2 FROM d") == ("FETCH 1", [(5,)])
+    assert _run(s, "FETCH ALL FROM d") == ("FETCH 4", [(6,), (7,), (8,), (9,)])
+    with pytest.raises(QueryError) as info:
+        s.execute("FETCH PRIOR FROM d")
+    assert info.value.sqlstate == "55000"
+    assert _run(s, "ROLLBACK") == ("ROLLBACK", [])
+    with pytest.raises(QueryError) as info:
+        s.execute("FETCH d")  # the block's end closed it
+    assert info.value.sqlstate == "34000"
+
+
+def test_cursor_with_hold_outlives_its_transaction(db: LakeDatabase) -> None:
+    s = db.session()
+    _run(s, "DECLARE h CURSOR WITH HOLD FOR SELECT * FROM range(5) t(i)")  # no block needed
+    _run(s, "BEGIN")
+    _run(s, "DECLARE h2 CURSOR WITH HOLD FOR SELECT 1")
+    _run(s, "DECLARE plain CURSOR FOR SELECT 1")
+    _run(s, "COMMIT")
+    assert _run(s, "FETCH 2 h") == ("FETCH 2", [(0,), (1,)])
+    assert _run(s, "FETCH h2") == ("FETCH 1", [(1,)])
+    with pytest.raises(QueryError) as info:
+        s.execute("FETCH plain")
+    assert info.value.sqlstate == "34000"
+    with pytest.raises(QueryError) as info:
+        s.execute("DECLARE h CURSOR WITH HOLD FOR SELECT 1")
+    assert info.value.sqlstate == "42P03"
+    assert _run(s, "CLOSE ALL") == ("CLOSE CURSOR ALL", [])
+    with pytest.raises(QueryError) as info:
+        s.execute("DECLARE w CURSOR WITH HOLD FOR DELETE FROM orders")
+    assert info.value.sqlstate in ("25006", "42601")
+
+
+def test_session_timezone_drives_timestamptz_arithmetic(db: LakeDatabase) -> None:
+    # What Postgres 15 answers in Europe/Berlin: 23:30 UTC on 1 May is 01:30 on 2 May there
+    s = db.session()
+    _run(s, "SET TimeZone = 'Europe/Berlin'")
+    ts = "'2024-05-01 23:30:00+00'::timestamptz"
+    _, rows = _run(
+        s,
+        f"SELECT date_trunc('day', {ts}), {ts}::date, extract(hour FROM {ts}), {ts}::text, "
+        f"'2024-05-01 12:00:00'::timestamptz = '2024-05-01 10:00:00+00'::timestamptz",
+    )
+    berlin = dt.timezone(dt.timedelta(hours=2))
+    assert rows == [
+        (dt.datetime(2024, 5, 2, tzinfo=berlin), dt.date(2024, 5, 2), 1,
+         "2024-05-02 01:30:00+02", True)
+    ]  # fmt: skip
+    _run(s, "SET TimeZone = 'UTC'")
+    assert _run(s, f"SELECT {ts}::date, extract(hour FROM {ts})")[1] == [(dt.date(2024, 5, 1), 23)]
+    other = db.session()  # another session keeps its own zone
+    assert _run(other, f"SELECT {ts}::date")[1] == [(dt.date(2024, 5, 1),)]

@@ -89,3 +89,18 @@ def test_meta_commands(server: QueryServer, command: str, expected: str) -> None
     done = psql(server, "-c", command)
     assert done.returncode == 0, done.stderr
     assert expected in done.stdout
+
+
+def test_fetch_count_reads_through_a_cursor(server: QueryServer) -> None:
+    # FETCH_COUNT makes psql BEGIN, DECLARE _psql_cursor, FETCH FORWARD n ..., CLOSE, COMMIT
+    done = psql(
+        server,
+        "-A",
+        "-t",
+        "-v",
+        "FETCH_COUNT=150",
+        "-c",
+        "SELECT id FROM public.items ORDER BY id",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(i) for i in range(1, ITEM_ROWS + 1)]

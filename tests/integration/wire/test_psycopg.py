@@ -295,3 +295,67 @@ def test_connection_limit(lake_database: LakeDatabase) -> None:
             assert c.execute("SELECT 1").fetchone() == (1,)
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_server_side_named_cursor(server: QueryServer, binary: bool) -> None:
+    # conn.cursor(name=...): DECLARE in the transaction, Describe of the cursor's portal,
+    # FETCH FORWARD itersize at a time, CLOSE
+    with psycopg.connect(conninfo(server)) as c:
+        with c.cursor(name="items_cur", binary=binary) as cur:
+            cur.itersize = 300
+            cur.execute("SELECT id, name, price FROM public.items WHERE id > %s ORDER BY id", [5])
+            assert [d.name for d in cur.description or ()] == ["id", "name", "price"]
+            assert cur.fetchone() == (6, "item 6", Decimal("0.06"))
+            assert len(cur.fetchmany(10)) == 10
+            ids = [row[0] for row in cur]
+            assert ids == list(range(17, ITEM_ROWS + 1))
+        c.commit()
+        with c.cursor(name="again") as cur:
+            cur.execute("SELECT count(*) FROM public.items")
+            assert cur.fetchall() == [(ITEM_ROWS,)]
+        c.rollback()
+
+
+def test_cursor_statements_and_tags(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    conn.execute("BEGIN")
+    try:
+        cur = conn.execute("DECLARE c CURSOR FOR SELECT id FROM public.items ORDER BY id")
+        assert cur.statusmessage == "DECLARE CURSOR"
+        cur = conn.execute("FETCH 3 FROM c")
+        assert cur.statusmessage == "FETCH 3" and cur.fetchall() == [(1,), (2,), (3,)]
+        assert conn.execute("MOVE 10 c").statusmessage == "MOVE 10"
+        assert conn.execute("FETCH NEXT c").fetchall() == [(14,)]
+        assert conn.execute("CLOSE c").statusmessage == "CLOSE CURSOR"
+        conn.execute("DECLARE c2 CURSOR FOR SELECT 1")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState):  # 55000: forward only
+            conn.execute("FETCH BACKWARD 1 c2")
+    finally:
+        conn.execute("ROLLBACK")
+    with pytest.raises(errors.NoActiveSqlTransaction):  # 25P01 outside a block
+        conn.execute("DECLARE d CURSOR FOR SELECT 1")
+
+
+def test_session_timezone_computes_timestamptz(server: QueryServer) -> None:
+    # Postgres 15 in Europe/Berlin: item 11 was created 2024-01-01 23:00 UTC = 00:00 on the 2nd
+    with psycopg.connect(conninfo(server), autocommit=True) as c:
+        c.execute("SET TimeZone = 'Europe/Berlin'")
+        row = c.execute(
+            "SELECT date_trunc('day', created_at), created_at::date, "
+            "extract(hour FROM created_at), created_at::text FROM public.items WHERE id = 11"
+        ).fetchone()
+        berlin = dt.timezone(dt.timedelta(hours=1))
+        # (extract is numeric on Postgres 14+, bigint here: equal values)
+        assert row == (
+            dt.datetime(2024, 1, 2, tzinfo=berlin),
+            dt.date(2024, 1, 2),
+            0,
+            "2024-01-02 00:00:00+01",
+        )
+        (count,) = (
+            c.execute(
+                "SELECT count(*) FROM public.items WHERE created_at::date = DATE '2024-01-02'"
+            ).fetchone()
+            or ()
+        )
+        assert count == 24  # ids 11..34 fall on 2 January in Berlin

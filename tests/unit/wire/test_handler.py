@@ -366,6 +366,39 @@ CASES: list[tuple[str, bytes, list[Expect]]] = [
         ],
     ),
     (
+        "SQL cursor: DECLARE, Describe of the cursor's portal, FETCH in pieces, CLOSE",
+        query("begin")
+        + parse("declare cur cursor for select i from range($1::int) t(i)", [INT4])
+        + bind([b"3"])
+        + execute()
+        + describe("P", "cur")
+        + SYNC
+        + query("fetch 2 from cur")
+        + query("fetch forward all from cur; close cur")
+        + query("commit"),
+        [
+            C("BEGIN"),
+            Z("T"),
+            just("1"),
+            just("2"),
+            C("DECLARE CURSOR"),
+            T(("i", INT8)),
+            Z("T"),
+            T(("i", INT8)),
+            D(b"0"),
+            D(b"1"),
+            C("FETCH 2"),
+            Z("T"),
+            T(("i", INT8)),
+            D(b"2"),
+            C("FETCH 1"),
+            C("CLOSE CURSOR"),
+            Z("T"),
+            C("COMMIT"),
+            Z("I"),
+        ],
+    ),
+    (
         "binary results per the Bind result format codes",
         parse("select 1::int as a, 'x' as b, true as c, date '2000-01-02' as d")
         + bind(result_formats=[1])
