@@ -34,6 +34,8 @@ OWNER_OID = 10
 PG_CATALOG_OID = 11
 PUBLIC_OID = 2200
 INFORMATION_SCHEMA_OID = 13_000
+# pg_am oids by relkind: tables are heap, indexes btree
+ACCESS_METHODS = {"r": 2, "i": 403}
 
 # System relations that get a pg_class row (so 'pg_class'::regclass works), with real oids.
 SYSTEM_RELATIONS = {
@@ -315,7 +317,9 @@ CREATE MACRO {SCHEMA}.shobj_description(o, c) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.col_description(o, n) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.pg_get_indexdef(o) AS
     (SELECT sb_d.indexdef FROM {SCHEMA}.sb_indexdefs sb_d WHERE sb_d.oid = o),
-    (o, c, p) AS (SELECT sb_d.indexdef FROM {SCHEMA}.sb_indexdefs sb_d WHERE sb_d.oid = o);
+    (o, c, p) AS (SELECT CASE WHEN c = 0 THEN sb_d.indexdef
+        ELSE string_split(regexp_extract(sb_d.indexdef, '\\(([^()]*)\\)$', 1), ', ')[c] END
+        FROM {SCHEMA}.sb_indexdefs sb_d WHERE sb_d.oid = o);
 CREATE MACRO {SCHEMA}.pg_get_constraintdef(o) AS
     (SELECT sb_d.condef FROM {SCHEMA}.sb_indexdefs sb_d WHERE sb_d.conoid = o),
     (o, p) AS (SELECT sb_d.condef FROM {SCHEMA}.sb_indexdefs sb_d WHERE sb_d.conoid = o);
@@ -426,6 +430,11 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.unregister("sb_type_rows")
     for name, columns in _EMPTY.items():
         conn.execute(f"CREATE TABLE {SCHEMA}.{name} ({columns})")
+    # tables are heap, primary key indexes btree (pgjdbc's getIndexInfo joins pg_am)
+    conn.execute(
+        f"INSERT INTO {SCHEMA}.pg_am VALUES (2, 'heap', 'heap_tableam_handler', 't'), "
+        f"(403, 'btree', 'bthandler', 'i')"
+    )
     rebuild(conn, [], database)
     conn.execute(_static_views(database))
     conn.execute(_MACROS)
@@ -518,7 +527,8 @@ def _class_row(
 ) -> dict[str, object]:
     return {
         "oid": oid, "relname": name, "relnamespace": namespace, "reltype": 0, "reloftype": 0,
-        "relowner": OWNER_OID, "relam": 0, "relfilenode": oid, "reltablespace": 0,
+        "relowner": OWNER_OID, "relam": ACCESS_METHODS.get(kind, 0), "relfilenode": oid,
+        "reltablespace": 0,
         "relpages": 0, "reltuples": -1.0, "relallvisible": 0, "reltoastrelid": 0,
         "relhasindex": has_index, "relisshared": False, "relpersistence": "p", "relkind": kind,
         "relnatts": natts, "relchecks": 0, "relhasrules": False, "relhastriggers": False,

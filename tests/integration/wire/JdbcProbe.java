@@ -30,6 +30,17 @@ public class JdbcProbe {
             } catch (SQLException e) {
                 System.out.println("primary_key_error=" + e.getSQLState() + " " + e.getMessage().split("\n")[0]);
             }
+            // DBeaver's table properties: the indexes (the primary key's index, if any).
+            List<String> indexes = new ArrayList<>();
+            try (ResultSet rs = meta.getIndexInfo(null, "public", "items", false, true)) {
+                while (rs.next()) {
+                    indexes.add(rs.getString("INDEX_NAME") + ":" + rs.getString("COLUMN_NAME") + ":"
+                        + rs.getBoolean("NON_UNIQUE") + ":" + rs.getShort("ORDINAL_POSITION"));
+                }
+                System.out.println("indexes=" + String.join(",", indexes));
+            } catch (SQLException e) {
+                System.out.println("indexes_error=" + e.getSQLState() + " " + e.getMessage().split("\n")[0]);
+            }
             // What DBeaver and Metabase call right after connecting.
             List<String> schemas = new ArrayList<>();
             try (ResultSet rs = meta.getSchemas()) {

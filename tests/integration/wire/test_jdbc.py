@@ -64,6 +64,13 @@ def test_primary_keys(results: dict[str, str]) -> None:
     assert results["primary_key"] == "id"
 
 
+def test_index_info_lists_the_primary_key_index(results: dict[str, str]) -> None:
+    # DatabaseMetaData.getIndexInfo (DBeaver's table properties): the unique index that
+    # backs the primary key, as on Postgres (items_pkey on id)
+    assert "indexes_error" not in results, results["indexes_error"]
+    assert results["indexes"] == "items_pkey:id:false:1"
+
+
 def test_what_bi_tools_call_at_connect(results: dict[str, str]) -> None:
     schemas = results["schemas"].split(",")
     assert "public" in schemas and "pg_catalog" in schemas
