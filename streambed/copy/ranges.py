@@ -41,8 +41,8 @@ def block_ranges(
         raise ValueError("blocks_per_partition must be positive")
     blocks = max(0, blocks)
     count = max(1, -(-blocks // blocks_per_partition), min(max(1, min_partitions), blocks))
-    size = -(-blocks // count) if blocks else 1
-    starts = [i * size for i in range(count) if i * size < max(blocks, 1)]
+    # Even split: sizes differ by at most one block, and every range is non-empty.
+    starts = [i * blocks // count for i in range(count)]
     ranges = [BlockRange(s, e) for s, e in itertools.pairwise(starts)]
     ranges.append(BlockRange(starts[-1], None))
     return ranges
