@@ -357,6 +357,7 @@ class CopyManager:
             table=info.qualified,
             rows=result.rows,
             files=result.files,
+            bytes=result.bytes,
             seconds=f"{result.seconds:.1f}",
             frontier=format_lsn(result.frontier),
         )

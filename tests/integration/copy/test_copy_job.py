@@ -1,0 +1,131 @@
+"""`copy_table` on Spark: each task copies its ctid range into Parquet (local and S3), the
+table commits once at the frontier, and a worker's failure names the table."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+
+from streambed.config import Settings
+from streambed.copy.catalog import table_info
+from streambed.copy.job import copy_table, lake_table, output_dir
+from streambed.copy.snapshot import SnapshotAnchor
+from streambed.errors import SourceError
+from streambed.lake.catalog import open_catalog
+from streambed.lake.commit import frontier
+from streambed.merge.pyarrow_source import filesystem, fs_options
+from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.s3 import ThrowawayS3
+from tests.fixtures.spark import PANDAS_WARNING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings(PANDAS_WARNING)]
+
+ROWS = 20_000
+
+
+@pytest.fixture(params=["local", "s3"])
+def settings(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> Settings:
+    if request.param == "local":
+        return Settings(source_url=pg_db.url, data_dir=tmp_path)
+    server: ThrowawayS3 = request.getfixturevalue("s3_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    return Settings(source_url=pg_db.url, data_dir=tmp_path, **server.settings_kwargs(bucket))
+
+
+def _source(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE items (id int PRIMARY KEY, name text, amount numeric(12,2), "
+            "at timestamptz, tags int[], data bytea)"
+        )
+        conn.execute(
+            "INSERT INTO items SELECT g, CASE WHEN g % 7 = 0 THEN NULL ELSE E'a\\n\"b\",' || g "
+            "END, g * 1.25, '2024-01-01'::timestamptz + g * interval '1 second', "
+            f"ARRAY[g, NULL], '\\x00ff'::bytea FROM generate_series(1, {ROWS}) g"
+        )
+        conn.execute("ANALYZE items")
+
+
+def test_tasks_write_parquet_and_the_table_commits_once(
+    spark: SparkSession, settings: Settings
+) -> None:
+    url = settings.source_url
+    _source(url)
+    catalog = open_catalog(settings)
+    options = fs_options(settings)
+    anchor = SnapshotAnchor.from_temporary_slot(url)
+    try:
+        info = table_info(anchor.conn, "public", "items")
+        table = lake_table(catalog, info)
+        run_id = uuid.uuid4().hex[:12]
+        result = copy_table(
+            spark,
+            table,
+            info,
+            url=url,
+            snapshot=anchor.snapshot_name,
+            frontier=anchor.frontier,
+            run_id=run_id,
+            fs_options=options,
+        )
+    finally:
+        anchor.close()
+    assert info.blocks >= 4
+    assert result.rows == ROWS and result.files >= 4  # one file per ctid range at least
+    table.refresh()
+    assert frontier(table) == anchor.frontier
+    assert len(table.history()) == 1  # one commit
+    files = [t.file for t in table.scan().plan_files()]
+    prefix = output_dir(table, run_id) + "/"
+    assert len(files) == result.files and all(f.file_path.startswith(prefix) for f in files)
+    assert sum(f.file_size_in_bytes for f in files) == result.bytes
+    fs, path = filesystem(files[0].file_path, options)
+    schema = pq.read_schema(path, filesystem=fs)
+    assert schema.field("id").metadata[b"PARQUET:field_id"] == b"1"
+    assert not schema.field("id").nullable
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == list(range(1, ROWS + 1))
+    assert rows[6]["name"] is None and rows[0]["name"] == 'a\n"b",1'
+    assert rows[3]["amount"] == Decimal("5.00")
+    assert rows[0]["tags"] == "{1,NULL}" and rows[0]["data"] == b"\x00\xff"  # docs/types.md
+
+
+def test_a_table_dropped_before_its_copy_fails_with_the_source_message(
+    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
+    _source(pg_db.url)
+    catalog = open_catalog(settings)
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        info = table_info(anchor.conn, "public", "items")
+        table = lake_table(catalog, info)
+        with psycopg.connect(pg_db.url, autocommit=True) as conn:
+            conn.execute("DROP TABLE items")
+        run_id = uuid.uuid4().hex[:12]
+        with pytest.raises(SourceError, match="dropped during its copy") as raised:
+            copy_table(
+                spark,
+                table,
+                info,
+                url=pg_db.url,
+                snapshot=anchor.snapshot_name,
+                frontier=anchor.frontier,
+                run_id=run_id,
+                fs_options={},
+            )
+    finally:
+        anchor.close()
+    assert "public.items" in str(raised.value) and "does not exist" in str(raised.value)
+    out = Path(output_dir(table, run_id).removeprefix("file://"))
+    assert not list(out.glob("*.parquet")) if out.exists() else True
+    assert table.current_snapshot() is None

@@ -1,0 +1,88 @@
+"""A copy task's Parquet output: row groups gathered, files rolled, sizes reported, discard."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from streambed.copy.output import TaskOutput
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), False, {b"PARQUET:field_id": b"1"}),
+        pa.field("name", pa.string(), True, {b"PARQUET:field_id": b"2"}),
+    ]
+)
+
+
+def _rows(start: int, count: int) -> pa.Table:
+    ids = list(range(start, start + count))
+    return pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
+
+
+def _output(tmp_path: Path, **limits: int) -> TaskOutput:
+    base = str(tmp_path / "out")
+    return TaskOutput(
+        pafs.LocalFileSystem(), base, "file://" + base, "run-00003-ab", SCHEMA, **limits
+    )
+
+
+def test_batches_are_gathered_into_row_groups_and_files_rolled(tmp_path: Path) -> None:
+    out = _output(tmp_path, row_group_rows=100, max_rows_per_file=250)
+    for start in range(0, 600, 30):
+        out.write(_rows(start, 30))
+    out.write(_rows(600, 0))
+    files = out.close()
+    assert [f.rows for f in files] == [250, 250, 100]
+    assert [f.uri.rsplit("/", 1)[1] for f in files] == [
+        "run-00003-ab-00000.parquet",
+        "run-00003-ab-00001.parquet",
+        "run-00003-ab-00002.parquet",
+    ]
+    ids: list[int] = []
+    for f in files:
+        path = f.uri.removeprefix("file://")
+        assert f.bytes == os.path.getsize(path)
+        meta = pq.read_metadata(path)
+        # Groups of 120 rows (four batches of 30), cut only where a file ends.
+        assert all(meta.row_group(i).num_rows <= 120 for i in range(meta.num_row_groups))
+        table = pq.read_table(path)
+        assert table.schema.field("id").metadata == {b"PARQUET:field_id": b"1"}
+        assert not table.schema.field("id").nullable
+        ids += table.column("id").to_pylist()
+    assert ids == list(range(600))
+    assert [pq.read_metadata(files[0].uri[7:]).row_group(i).num_rows for i in range(3)] == [
+        120,
+        120,
+        10,
+    ]
+
+
+def test_byte_limit_closes_a_row_group(tmp_path: Path) -> None:
+    out = _output(tmp_path, row_group_rows=1_000_000, row_group_bytes=1)
+    out.write(_rows(0, 10))
+    out.write(_rows(10, 10))
+    (written,) = out.close()
+    assert pq.read_metadata(written.uri[7:]).num_row_groups == 2
+
+
+def test_nothing_written_means_no_file(tmp_path: Path) -> None:
+    assert _output(tmp_path).close() == []
+
+
+def test_discard_deletes_what_was_started(tmp_path: Path) -> None:
+    out = _output(tmp_path, row_group_rows=10, max_rows_per_file=15)
+    out.write(_rows(0, 20))  # one full file and one open
+    assert len(list((tmp_path / "out").iterdir())) == 2
+    out.discard()
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_limits_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        _output(tmp_path, row_group_rows=0)
