@@ -43,18 +43,30 @@ class CopyClientError(Exception):
 
 def find_psql() -> str | None:
     """`$STREAMBED_PSQL` ("" disables psql), else psql on PATH, else the newest
-    /usr/lib/postgresql/*/bin/psql."""
+    /usr/lib/postgresql/*/bin/psql.
+
+    Debian's /usr/bin/psql is a Perl wrapper (pg_wrapper) that takes ~0.2 s to start
+    before it runs the real binary; every copy task starts one psql, so the newest real
+    binary is used instead when there is one."""
     configured = os.environ.get(PSQL_ENV)
     if configured is not None:
         return configured or None
-    found = shutil.which("psql")
-    if found:
-        return found
     candidates = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/psql"),
         key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
     )
+    found = shutil.which("psql")
+    if found and not (candidates and _is_script(found)):
+        return found
     return candidates[-1] if candidates else None
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 def csv_options(
