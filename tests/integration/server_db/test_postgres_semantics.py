@@ -1,0 +1,82 @@
+"""Postgres 15 is the oracle: the same self-contained queries on the source Postgres and on
+the lake database, compared by type OID and value (as psycopg decodes Postgres's answer).
+
+Covers avg() of integers and numerics (numeric in Postgres, double in plain DuckDB) and
+timestamptz computed in the session TimeZone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from tests.fixtures.postgres import ThrowawayPostgres
+
+pytestmark = pytest.mark.integration
+
+NUMBERS = "(VALUES (1, 1.25::numeric(10,2), 0.5::float8), (1, 2.5, 1.5), (2, 3, NULL)) v(i, n, f)"
+TS = "'2024-05-01 23:30:00+00'::timestamptz"
+
+QUERIES = [
+    f"SELECT avg(i), avg(n), avg(f), avg(i::bigint), avg(i::smallint) FROM {NUMBERS}",
+    f"SELECT round(avg(i), 2), round(avg(n), 3), avg(DISTINCT i) FROM {NUMBERS}",
+    f"SELECT i, avg(n) FROM {NUMBERS} GROUP BY i ORDER BY i",
+    f"SELECT i, avg(i) OVER (ORDER BY i, n) FROM {NUMBERS} ORDER BY i, n",
+    f"SELECT avg(i) FILTER (WHERE i > 1), avg(n) FILTER (WHERE false) FROM {NUMBERS}",
+    "SELECT avg(x) FROM (VALUES (0), (0), (1)) v(x)",
+    "SELECT avg(x) FROM (VALUES (12345), (12346), (12346)) v(x)",
+    "SELECT avg(x) FROM (VALUES (30000), (0), (0)) v(x)",
+    "SELECT avg(x) FROM (VALUES (-7), (-8)) v(x)",
+    "SELECT avg(x) FROM (VALUES (123456789012), (2)) v(x)",
+    "SELECT avg(x) FROM (VALUES (0.001::numeric(10,3)), (0.002)) v(x)",
+    f"SELECT date_trunc('day', {TS}), {TS}::date, {TS}::text",
+    f"SELECT date_trunc('month', {TS}), date_trunc('hour', {TS} + interval '1 hour')",
+    "SELECT '2024-03-31 01:30:00'::timestamptz, '2024-10-27 02:30:00+00'::timestamptz::text",
+]
+ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]
+
+
+class _NoTables:
+    def latest(self) -> Watermark | None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeDatabase]:
+    warehouse: Path = tmp_path_factory.mktemp("warehouse")
+    db = LakeDatabase(DatabaseSettings(warehouse=str(warehouse)), _NoTables())
+    yield db
+    db.close()
+
+
+def _postgres(pg: ThrowawayPostgres, sql: str, zone: str) -> tuple[list[int], list[Any]]:
+    with pg.connect() as conn:
+        conn.execute(f"SET TimeZone = '{zone}'")
+        cur = conn.execute(sql)
+        return [d.type_code for d in cur.description or ()], list(cur.fetchall())
+
+
+def _lake(db: LakeDatabase, sql: str, zone: str) -> tuple[list[int], list[Any]]:
+    session = db.session()
+    try:
+        session.execute(f"SET TimeZone = '{zone}'")
+        result = session.execute(sql)
+        return [c.type_oid for c in result.columns], result.rows()
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_results_equal_postgres(
+    pg_server: ThrowawayPostgres, lake: LakeDatabase, zone: str
+) -> None:
+    mismatches = []
+    for sql in QUERIES:
+        expected = _postgres(pg_server, sql, zone)
+        got = _lake(lake, sql, zone)
+        if got != expected:
+            mismatches.append(f"{sql}\n  postgres: {expected}\n  lake:     {got}")
+    assert not mismatches, "\n".join(mismatches)
