@@ -8,7 +8,11 @@ A Relation message that no longer matches the lake table is turned into a `Schem
   `streambed.attnums`) is a rename: `rename_column`, same field id, data untouched.
 - ADD COLUMN: a new field. Rows already in the lake get the value they have in the
   source: Postgres' fast default (`attmissingval`) when it recorded one, else NULL. A
-  non-NULL default rewrites the table's data files with that value filled in.
+  non-NULL default rewrites the table's data files with that value filled in. A column
+  added with a volatile default (`random()`, `clock_timestamp()`, `nextval()`, an
+  identity) made Postgres rewrite the source table with a value per row that the WAL never
+  carries: when the lake table has rows, `ResyncNeeded` is raised before anything is
+  written, and the table must be copied again (`streambed run` does that by itself).
 - DROP COLUMN: the field is deleted (old data files keep the bytes; readers skip them).
 - Type widening Iceberg allows (int→long, float→double, decimal precision increase):
   `update_column`; old files are read as the wider type.
@@ -53,6 +57,22 @@ PROP_ATTNUMS: Final = "streambed.attnums"  # JSON {column name: source attnum}
 OnIncompatible = Literal["stop", "rewrite"]
 
 
+class ResyncNeeded(SchemaError):
+    """The lake table cannot follow the source by itself: its rows must be copied again."""
+
+    def __init__(self, table: tuple[str, str], columns: tuple[tuple[str, str], ...]) -> None:
+        self.table = table
+        self.columns = columns
+        qualified = ".".join(table)
+        added = ", ".join(f"{name} (DEFAULT {default})" for name, default in columns)
+        super().__init__(
+            f"{qualified}: column {added} was added with a default that is not a constant, "
+            "so Postgres rewrote the table and the values existing rows got never appear in "
+            "the replication stream. Nothing was written to the lake table. Fix: run "
+            f"`streambed resync {qualified}` (a running `streambed run` copies it again)"
+        )
+
+
 @dataclass(frozen=True)
 class SchemaPlan:
     """What changes between the lake table and the relation (names are lake names, after
@@ -63,6 +83,8 @@ class SchemaPlan:
     drops: tuple[str, ...] = ()
     widens: tuple[tuple[str, IcebergType], ...] = ()
     retypes: tuple[tuple[str, IcebergType, IcebergType], ...] = ()  # (name, lake, source)
+    # added columns whose values in existing rows the WAL never carried: (name, default)
+    unknown: tuple[tuple[str, str], ...] = ()
     key: tuple[str, ...] | None = None  # the new key, when it changed
     attnums: dict[str, int] = field(default_factory=dict)
 
@@ -127,9 +149,12 @@ def plan_schema_change(
             added.remove(name)
             lake[name] = lake.pop(old)
     adds = []
+    unknown = []
     for name in added:
         column = (source or {}).get(name)
         adds.append((name, wanted[name], column.missing if column is not None else None))
+        if column is not None and column.unknown_default is not None:
+            unknown.append((name, column.unknown_default))
     widen: list[tuple[str, IcebergType]] = []
     retypes: list[tuple[str, IcebergType, IcebergType]] = []
     for name, new_type in wanted.items():
@@ -153,6 +178,7 @@ def plan_schema_change(
         drops=tuple(gone),
         widens=tuple(widen),
         retypes=tuple(retypes),
+        unknown=tuple(unknown),
         key=None if key_names == renamed_key else key_names,
         attnums={n: recorded[n] for n in wanted if n in recorded},
     )
@@ -181,6 +207,9 @@ def evolve_table(
             "Nothing was written. Fix: set STREAMBED_ON_INCOMPATIBLE_SCHEMA=rewrite to rewrite "
             "the lake table with the new type, or drop the lake table to copy it again"
         )
+    live = current_data_files(table)
+    if plan.unknown and live:
+        raise ResyncNeeded((relation.namespace, relation.name), plan.unknown)
     logger.info("schema change table=%s changes=%s", name, plan.describe())
     old_schema = table.schema()
     retyped_ids = {n: old_schema.find_field(n).field_id for n, _, _ in plan.retypes}
@@ -206,7 +235,6 @@ def evolve_table(
         if plan.key is not None:
             properties[PROP_KEY] = json.dumps(list(plan.key))
         tx.set_properties(properties)
-        live = current_data_files(table)
         if (fills or plan.retypes) and live:
             new_schema = tx.table_metadata.schema()
             target = arrow_schema_of_schema(new_schema)

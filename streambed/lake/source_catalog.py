@@ -7,6 +7,9 @@ changes exactly needs three more facts, read from the source's catalog:
   Iceberg, not a drop plus an add);
 - the value existing rows have for a column added later (`attmissingval`, Postgres'
   "fast default"), since pgoutput never sends rows that an ALTER TABLE did not touch;
+  and whether those values are unknowable from the WAL at all: a column added with a
+  volatile default (`random()`, `clock_timestamp()`, `nextval()`, an identity) makes
+  Postgres rewrite the table, and the values it wrote are never decoded;
 - the base type of a domain (pgoutput sends the domain's own OID).
 
 `SourceCatalog` is the protocol; `PostgresCatalog` reads a live Postgres. Lookups reflect
@@ -40,13 +43,17 @@ class SourceColumn:
 
     `missing` is the text form of the value rows written before the column was added
     have (Postgres' fast default), None when those rows have NULL. `has_missing` says
-    whether Postgres recorded such a value at all.
+    whether Postgres recorded such a value at all. `unknown_default` is set when it did
+    not, but the column has a default that is not a constant (or is an identity or a
+    stored generated column): rows that existed when it was added may hold any value,
+    written by a table rewrite the WAL does not carry; it is the default's expression.
     """
 
     attnum: int
     name: str
     has_missing: bool = False
     missing: str | None = None
+    unknown_default: str | None = None
 
 
 class SourceCatalog(Protocol):
@@ -76,15 +83,16 @@ class PostgresCatalog:
     ) -> dict[str, SourceColumn] | None:
         rows = self._query(
             "SELECT a.attnum, a.attname, a.atthasmissing, "
-            "format_type(a.atttypid, NULL), a.atttypid FROM pg_attribute a "
+            "format_type(a.atttypid, NULL), a.attidentity, a.attgenerated FROM pg_attribute a "
             "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
             (relation_id,),
         )
         if not rows:
             return None
         out: dict[str, SourceColumn] = {}
-        for attnum, name, has_missing, type_name, _ in rows:
+        for attnum, name, has_missing, type_name, identity, generated in rows:
             missing: str | None = None
+            unknown: str | None = None
             if name in missing_known:
                 pass
             elif has_missing:
@@ -107,7 +115,16 @@ class PostgresCatalog:
                 if default is not None and _CONSTANT.match(default):
                     missing = self._text(f"SELECT ({default})::{type_name}")
                     has_missing = missing is not None
-            out[str(name)] = SourceColumn(int(attnum), str(name), bool(has_missing), missing)
+                elif default is not None:
+                    # Not a constant: when the column was added, Postgres either recorded
+                    # the value once (a stable default like now(): has_missing, above) or,
+                    # for a volatile one, rewrote the table with a value per row.
+                    unknown = default
+                elif identity or generated:
+                    unknown = "GENERATED ALWAYS AS IDENTITY" if identity else "GENERATED"
+            out[str(name)] = SourceColumn(
+                int(attnum), str(name), bool(has_missing), missing, unknown
+            )
         return out
 
     def base_types(self, type_oids: Collection[int]) -> dict[int, tuple[int, int]]:

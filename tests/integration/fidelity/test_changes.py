@@ -108,6 +108,26 @@ def test_schema_changes_are_followed_while_writes_continue(served: Served) -> No
     assert table.schema().find_field("new_name").field_id == 6
 
 
+def test_add_column_with_a_volatile_default_copies_the_table_again(served: Served) -> None:
+    """Postgres rewrites the table with a value per row that the WAL never carries: the
+    lake table is copied again (online, writes continuing), not left with NULLs."""
+    served.execute(
+        "CREATE TABLE volatile_t (id int PRIMARY KEY, n int)",
+        "INSERT INTO volatile_t SELECT g, g FROM generate_series(1, 200) g",
+    )
+    served.start()
+    served.wait_equal("SELECT * FROM public.volatile_t ORDER BY id", timeout=180)
+    with writer(served.url, "volatile_t"):
+        served.execute(
+            "ALTER TABLE volatile_t ADD COLUMN r double precision DEFAULT random()",
+            "ALTER TABLE volatile_t ADD COLUMN added_at timestamptz DEFAULT clock_timestamp()",
+        )
+        served.execute("UPDATE volatile_t SET n = -n WHERE id % 9 = 0")
+    served.wait_equal("SELECT id, n, r, added_at FROM public.volatile_t ORDER BY id", timeout=240)
+    assert "resync requested" in served.proc.logs()
+    served.proc.stop()
+
+
 def test_incompatible_type_change_stops_with_a_message_by_default(served: Served) -> None:
     served.start()
     served.execute(

@@ -6,8 +6,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DecimalType, IntegerType, LongType, NestedField, StringType
 
 from streambed.changes import TableKey
+from streambed.errors import Kind
 from streambed.lake import types as t
-from streambed.lake.evolve import plan_schema_change, widens
+from streambed.lake.evolve import ResyncNeeded, plan_schema_change, widens
 from streambed.lake.source_catalog import SourceColumn
 from streambed.lake.types import with_base_types
 from streambed.pgoutput.messages import Relation, RelationColumn
@@ -105,3 +106,23 @@ def test_domains_become_their_base_type() -> None:
         (t.VARCHAR, 14),
     ]
     assert with_base_types(rel, {}) is rel
+
+
+def test_add_with_a_default_that_is_not_a_constant_is_unknown_for_existing_rows() -> None:
+    rel = relation(*BASE, ("r", t.FLOAT8, -1), ("note", t.TEXT, -1), ("k", t.INT8, -1))
+    columns = {
+        **source(id=1, name=2, amount=3),
+        "r": SourceColumn(4, "r", unknown_default="random()"),
+        "note": SourceColumn(5, "note", True, "x"),
+        "k": SourceColumn(6, "k", unknown_default="GENERATED ALWAYS AS IDENTITY"),
+    }
+    plan = plan_schema_change(LAKE, ATTNUMS, ("id",), rel, TableKey((0,)), columns)
+    assert [name for name, _, _ in plan.adds] == ["r", "note", "k"]
+    assert plan.unknown == (("r", "random()"), ("k", "GENERATED ALWAYS AS IDENTITY"))
+
+
+def test_resync_needed_names_the_table_the_column_and_the_fix() -> None:
+    error = ResyncNeeded(("public", "t"), (("r", "random()"),))
+    assert error.kind is Kind.UNSUPPORTED_SCHEMA  # exit 3: an operator must act
+    assert "public.t: column r (DEFAULT random())" in str(error)
+    assert "`streambed resync public.t`" in str(error)
