@@ -63,6 +63,8 @@ def build_pipeline(
         _merger(settings),
         source=PostgresCatalog(settings.source_url),
         on_incompatible="rewrite" if settings.on_incompatible_schema == "rewrite" else "stop",
+        # a running copy manager takes resync requests up within seconds
+        resync=state.request_resync if copy else None,
     )
     tables = state.tables()
     sink.load((t.schema, t.name) for t in tables)

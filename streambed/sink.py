@@ -8,7 +8,10 @@ Iceberg commit records the delta's commit LSN as the table's frontier.
 Before the first delta of a new table layout, the lake table is made to match it:
 created, re-created when the source table was dropped and created again under the same
 name (another relation id), or evolved (`streambed.lake.evolve`). Domain columns are
-stored as their base type.
+stored as their base type. When the lake cannot follow a change by itself (a column added
+with a volatile default: `ResyncNeeded`), the sink asks for the table to be copied again
+(`resync`) and leaves its lake table as it is until the copy replaces it: the delta is
+not written (the copy's snapshot holds it). Without `resync` the error stops the process.
 
 Parts of a large transaction (`TableDelta.final` False, from `stage`) are written but not
 committed: the sink keeps, per table, the lake files they replaced and the files they
@@ -34,7 +37,7 @@ from streambed.errors import Kind, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
-from streambed.lake.evolve import OnIncompatible, evolve_table
+from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.files import FileInfo, data_files, file_info, write_parquet
 from streambed.lake.source_catalog import SourceCatalog
 from streambed.lake.storage import resolve
@@ -61,7 +64,8 @@ class IcebergSink:
 
     `source` (optional) reads the source catalog: domain base types, column attnums (so
     renames stay renames) and fast defaults of added columns. `on_incompatible` is
-    STREAMBED_ON_INCOMPATIBLE_SCHEMA.
+    STREAMBED_ON_INCOMPATIBLE_SCHEMA. `resync(schema, name)` (optional) asks for a table to
+    be copied again (`StateStore.request_resync`, taken up by the copy manager).
     """
 
     def __init__(
@@ -70,8 +74,10 @@ class IcebergSink:
         merger: Callable[[], SparkMerger],
         source: SourceCatalog | None = None,
         on_incompatible: OnIncompatible = "stop",
+        resync: Callable[[str, str], None] | None = None,
     ) -> None:
         self.catalog = catalog
+        self.resync = resync
         self.source = source
         self.on_incompatible = on_incompatible
         self._merger_factory = merger
@@ -99,7 +105,9 @@ class IcebergSink:
         """Write a part of a large transaction without committing it (`TableDelta.final`)."""
         relation = self._resolve(delta.relation)
         name = (relation.namespace, relation.name)
-        table = self._table(relation, delta.key)
+        table = self._table_or_resync(relation, delta.key)
+        if table is None:
+            return
         pending = self._pending.setdefault(name, _Pending())
         removed, added = self._write(table, relation, delta, pending)
         self._settle(table, pending, removed, added)
@@ -108,7 +116,12 @@ class IcebergSink:
     def apply(self, delta: TableDelta) -> str:
         relation = self._resolve(delta.relation)
         name = (relation.namespace, relation.name)
-        table = self._table(relation, delta.key)
+        table = self._table_or_resync(relation, delta.key)
+        if table is None:
+            self._pending.pop(name, None)
+            current = self._existing(name)
+            assert current is not None  # ResyncNeeded is raised only for a table with rows
+            return current.metadata_location
         pending = self._pending.pop(name, None)
         removed, added = self._write(table, relation, delta, pending)
         if pending is not None:
@@ -203,6 +216,19 @@ class IcebergSink:
                 self._resolved.clear()
             self._resolved[relation] = resolved
         return resolved
+
+    def _table_or_resync(self, relation: Relation, key: TableKey) -> Table | None:
+        """`_table`, or None when the table must be copied again and a resync was asked."""
+        try:
+            return self._table(relation, key)
+        except ResyncNeeded as e:
+            if self.resync is None:
+                raise
+            logger.warning(
+                "table must be copied again, resync requested table=%s.%s reason=%s", *e.table, e
+            )
+            self.resync(*e.table)
+            return None
 
     def _table(self, relation: Relation, key: TableKey) -> Table:
         name = (relation.namespace, relation.name)
