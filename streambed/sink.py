@@ -10,8 +10,9 @@ created, re-created when the source table was dropped and created again under th
 name (another relation id), or evolved (`streambed.lake.evolve`). Domain columns are
 stored as their base type. When the lake cannot follow a change by itself (a column added
 with a volatile default: `ResyncNeeded`), the sink asks for the table to be copied again
-(`resync`) and leaves its lake table as it is until the copy replaces it: the delta is
-not written (the copy's snapshot holds it). Without `resync` the error stops the process.
+(`resync`) and leaves its lake table's rows as they are until the copy replaces it: the
+delta is not written (the copy's snapshot holds it), only its position is committed.
+Without `resync` the error stops the process.
 
 Parts of a large transaction (`TableDelta.final` False, from `stage`) are written but not
 committed: the sink keeps, per table, the lake files they replaced and the files they
@@ -118,10 +119,14 @@ class IcebergSink:
         name = (relation.namespace, relation.name)
         table = self._table_or_resync(relation, delta.key)
         if table is None:
+            # Nothing of the delta is written: the copy's snapshot holds it. The commit only
+            # records its position, so the frontier the pipeline stores next is also the
+            # lake's (a restart before the copy would otherwise find the state store ahead
+            # of the lake); the copy then replaces the table.
             self._pending.pop(name, None)
             current = self._existing(name)
             assert current is not None  # ResyncNeeded is raised only for a table with rows
-            return current.metadata_location
+            return commit(current, removed=[], added=[], lsn=delta.commit_lsn)
         pending = self._pending.pop(name, None)
         removed, added = self._write(table, relation, delta, pending)
         if pending is not None:
