@@ -28,6 +28,11 @@ SPILL_SUFFIX: Final = ".spill"
 
 DEFAULT_SEGMENT_BYTES: Final = 4 * 1024 * 1024
 
+MESSAGE_BYTES: Final = 112
+"""What an Update/Delete/Truncate message object costs beyond its tuples (a frozen
+dataclass with a `__dict__`, measured with tracemalloc); an insert is staged as its bare
+tuple."""
+
 OpsByRelation = dict[int, list[Op]]
 
 
@@ -68,7 +73,10 @@ class StreamStaging:
         self.spilled = False
         self._current: _Segment | None = None
 
-    def add(self, relation_id: int, subxid: int, op: Op, size: int) -> None:
+    def add(self, relation_id: int, subxid: int, op: Op, size: int) -> int:
+        """Stage one change of `size` bytes (its rows'); returns the memory counted for it."""
+        if type(op) is not tuple:
+            size += MESSAGE_BYTES
         segment = self._current
         if segment is None or segment.subxid != subxid or segment.bytes >= self.segment_bytes:
             segment = self._current = _Segment(subxid)
@@ -81,6 +89,7 @@ class StreamStaging:
             ops.append(op)
         segment.bytes += size
         self.memory += size
+        return size
 
     def abort_subtransaction(self, subxid: int) -> int:
         """Drop the changes of one subtransaction; returns the memory freed."""
