@@ -394,8 +394,7 @@ class ChangeBuffer:
         staging = self._stream
         if staging is None:
             raise _protocol(f"change for relation id {rid} outside a transaction")
-        staging.add(rid, staging.xid if subxid is None else subxid, op, size)
-        self._staged_memory += size
+        self._staged_memory += staging.add(rid, staging.xid if subxid is None else subxid, op, size)
         if self._staged_memory > self._txn_memory_bytes:
             for other in self._streams.values():
                 self._staged_memory -= other.spill()
