@@ -246,9 +246,15 @@ class Pipeline:
             interval = settings.flush_interval
             if self._behind:
                 interval *= CATCH_UP_INTERVAL_FACTOR
-            if buffer.should_flush(now, settings.flush_rows, settings.flush_bytes, interval):
+            flushed = buffer.should_flush(now, settings.flush_rows, settings.flush_bytes, interval)
+            if flushed:
                 self.flush(stream)
-            if copier is not None and copier.due(now):
+            # The copier is looked at after a flush (its step may restart the stream). While
+            # catching up, only after a flush that was due anyway or once per stretched
+            # interval: its poll every few seconds would otherwise force the small flushes
+            # the stretched interval avoids.
+            polled = flushed or not self._behind or now - self._last_flush >= interval
+            if copier is not None and polled and copier.due(now):
                 self.flush(stream)
                 if copier.step():
                     stream.send_status(force=True)

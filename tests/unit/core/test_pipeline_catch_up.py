@@ -18,7 +18,7 @@ from streambed.changes import TableDelta, TableKey
 from streambed.config import Settings
 from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import Begin, Commit, Insert, Message, Relation, RelationColumn
-from streambed.pipeline import Pipeline
+from streambed.pipeline import Pipeline, Source, Stream
 from streambed.replication.stream import Batch, pg_now
 
 RELATION = Relation(
@@ -108,6 +108,46 @@ class FakeState:
 
     def register(self, schema: str, name: str, relation_id: int, status: str) -> object:
         return None
+
+
+class FakeCopier:
+    """No copies, but always due: like the resync poll of `CopyManager`, every time."""
+
+    def start(self, source: Source) -> None:
+        pass
+
+    def hold(self, stream: Stream) -> Stream:
+        return stream
+
+    def blocked(self, schema: str, name: str) -> bool:
+        return False
+
+    def relation(self, rel: Relation, key: TableKey) -> None:
+        pass
+
+    def due(self, now: float) -> bool:
+        return True
+
+    def step(self) -> bool:
+        return False
+
+
+def test_copier_polls_do_not_force_flushes_while_catching_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipeline_module, "CATCH_UP_INTERVAL_FACTOR", 1000)
+    settings = Settings.from_env(
+        {
+            "STREAMBED_SOURCE_URL": "postgresql://localhost/db",
+            "STREAMBED_DATA_DIR": str(tmp_path),
+            "STREAMBED_FLUSH_INTERVAL": "0.01",
+        }
+    )
+    stream = FakeStream(5, 3600.0)
+    sink = FakeSink()
+    pipeline = Pipeline(settings, FakeSource(stream), sink, FakeState(), copier=FakeCopier())
+    pipeline.run(until=lambda: pipeline.stats.rows >= 5)
+    assert sink.flushed == [5]
 
 
 @pytest.mark.parametrize(
