@@ -866,7 +866,7 @@ class DbSession:
         """The DuckDB text of a parsed SELECT (rewritten only if needed), its parameters and
         the Postgres column names. `sql` None: print the statement from its parse tree."""
         names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
-        if isinstance(stmt, ast.SelectStmt) and self._exact_avgs(stmt, params):
+        if isinstance(stmt, ast.SelectStmt) and self._exact_numerics(stmt, params):
             sql = None  # avg(x) of exact types replaced: print the changed tree
         if rewrite.needs_rewrite(stmt):
             try:
@@ -877,55 +877,34 @@ class DbSession:
             return text, params[: _param_count(stmt)], names
         return (sql if sql is not None else str(RawStream()(stmt))), params, names
 
-    def _exact_avgs(self, stmt: ast.SelectStmt, params: list[object]) -> bool:
-        """Make select-list avg() of integers and numerics numeric, as in Postgres
-        (`streambed.server.numeric`). True if the statement changed."""
-        calls = numeric.avg_targets(stmt)
-        if not calls or any(
-            isinstance(t, ast.ResTarget)
-            and isinstance(t.val, ast.ColumnRef)
-            and isinstance((t.val.fields or ())[-1], ast.A_Star)
-            for t in stmt.targetList or ()
-        ):
+    def _exact_numerics(self, stmt: ast.SelectStmt, params: list[object]) -> bool:
+        """Make select-list avg() of integers and numerics, and division involving numerics,
+        numeric as in Postgres (`streambed.server.numeric`). True if the statement changed."""
+        if not numeric.targets(stmt):
             return False
-        positions = [
-            i
-            for i, t in enumerate(stmt.targetList or ())
-            if isinstance(t, ast.ResTarget)
-            and any(t.val is c or (t.val is not None and _first_arg(t.val) is c) for c in calls)
-        ]
         try:
-            probe = pglast.parse_sql(str(RawStream()(stmt)))[0].stmt
-            assert probe is not None
-            for call in numeric.avg_targets(probe):
-                numeric.as_sum(call)
-            numeric.null_params(probe)
-            text = (
-                rewrite.rewrite(probe, self._session_values(params))
-                if rewrite.needs_rewrite(probe)
-                else str(RawStream()(probe))
-            )
-            self._applied = self._apply_settings(self._cursor, self._applied)
-            relation = self._cursor.sql(text)
-            types = [str(d[1]) for d in relation.description] if relation is not None else []
+            printed = str(RawStream()(stmt))
+            left = self._probe_types(printed, "left", params)
+            right = self._probe_types(printed, "right", params)
         except Exception as e:  # the query itself will report what is wrong
-            log.debug("avg() probe failed: %s", e)
+            log.debug("numeric probe failed: %s", e)
             return False
-        if len(types) < len(stmt.targetList or ()):
-            return False
-        scales = {
-            id(call): numeric.exact_scale(types[i])
-            for call, i in zip(calls, positions, strict=True)
-        }
-        if all(scale is None for scale in scales.values()):
-            return False
+        return numeric.exact(stmt, left, right)
 
-        def replace(call: ast.FuncCall) -> ast.Node:
-            scale = scales.get(id(call))
-            return call if scale is None else numeric.exact_avg(call, scale)
-
-        numeric.replace_targets(stmt, replace)
-        return True
+    def _probe_types(self, printed: str, operand: str, params: list[object]) -> list[str]:
+        """The DuckDB types of a probe's columns, bound without running it."""
+        probe = pglast.parse_sql(printed)[0].stmt
+        assert isinstance(probe, ast.SelectStmt)
+        numeric.probe(probe, operand)
+        numeric.null_params(probe)
+        text = (
+            rewrite.rewrite(probe, self._session_values(params))
+            if rewrite.needs_rewrite(probe)
+            else str(RawStream()(probe))
+        )
+        self._applied = self._apply_settings(self._cursor, self._applied)
+        relation = self._cursor.sql(text)
+        return [str(d[1]) for d in relation.description] if relation is not None else []
 
     def _apply_settings(self, conn: duckdb.DuckDBPyConnection, applied: Any) -> tuple[str, str]:
         """Give a DuckDB connection the session's search_path and TimeZone (DuckDB computes
@@ -1306,11 +1285,6 @@ class DbSession:
         columns = result.columns
         result.close()
         return columns
-
-
-def _first_arg(node: ast.Node) -> object:
-    args = getattr(node, "args", None)
-    return args[0] if args else None
 
 
 def _param_count(stmt: ast.Node) -> int:

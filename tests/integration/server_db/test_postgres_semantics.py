@@ -1,8 +1,8 @@
 """Postgres 15 is the oracle: the same self-contained queries on the source Postgres and on
 the lake database, compared by type OID and value (as psycopg decodes Postgres's answer).
 
-Covers avg() of integers and numerics (numeric in Postgres, double in plain DuckDB) and
-timestamptz computed in the session TimeZone."""
+Covers avg() of integers and numerics and division involving numerics (numeric in Postgres,
+double in plain DuckDB), and timestamptz computed in the session TimeZone."""
 
 from __future__ import annotations
 
@@ -32,6 +32,9 @@ QUERIES = [
     "SELECT avg(x) FROM (VALUES (-7), (-8)) v(x)",
     "SELECT avg(x) FROM (VALUES (123456789012), (2)) v(x)",
     "SELECT avg(x) FROM (VALUES (0.001::numeric(10,3)), (0.002)) v(x)",
+    "SELECT 7 / 2, -7 / 2, 7.0 / 2, 1.50 / 3, 10.00 / 4, 1 / 3.0, -7.5 / 2, 2.5 / 0.5::float8",
+    f"SELECT n / 3, n / i, i / n, round(100.0 * i / 3, 2), f / 2 FROM {NUMBERS} ORDER BY i, n",
+    "SELECT 123456789.123 / 7, 0.001 / 3, 1 / 7.000000",
     f"SELECT date_trunc('day', {TS}), {TS}::date, {TS}::text",
     f"SELECT date_trunc('month', {TS}), date_trunc('hour', {TS} + interval '1 hour')",
     "SELECT '2024-03-31 01:30:00'::timestamptz, '2024-10-27 02:30:00+00'::timestamptz::text",
