@@ -212,16 +212,25 @@ class Pipeline:
     def _stream(self, stream: Stream, until: Callable[[], bool] | None) -> bool:
         """Stream until stopped (False) or until a copy committed (True: restart)."""
         copier = self.copier
-        decode = Decoder().decode
+        decoder = Decoder()
+        decode, insert_row = decoder.decode, decoder.insert_row
         settings = self.settings
         buffer = self._buffer
         wanted = self._wanted
         insert, update, delete = buffer.insert, buffer.update, buffer.delete
+        stage_row = buffer.insert_row
         while not self._stop and not (until is not None and until()):
             now = time.monotonic()
             timeout = max(0.0, min(0.5, self._last_flush + settings.flush_interval - now))
             batch = stream.read_batch(timeout)
             for payload in batch.payloads:
+                # Inserts outside streamed blocks, most of a busy stream, skip the message
+                # object; everything else is decoded into one.
+                row = insert_row(payload)
+                if row is not None:
+                    if row[0] in wanted:
+                        stage_row(*row)
+                    continue
                 msg = decode(payload)
                 kind = type(msg)
                 # The three row messages are most of the stream: handle them inline.

@@ -38,7 +38,7 @@ from streambed.buffer.table import Op, TableBuffer, make_table, qualified, row_b
 from streambed.changes import TableDelta, TableKey
 from streambed.errors import Kind, SchemaError, StreambedError
 from streambed.lsn import format_lsn
-from streambed.pgoutput.messages import Delete, Insert, Relation, Truncate, Update
+from streambed.pgoutput.messages import Delete, Insert, Relation, Truncate, TupleData, Update
 
 Frontier = Callable[[str, str], int | None]
 """frontier(schema, table): the LSN already durable in the lake for that table, or None."""
@@ -237,6 +237,19 @@ class ChangeBuffer:
             stage[msg.relation_id] = [msg.new]
         else:
             ops.append(msg.new)
+
+    def insert_row(self, relation_id: int, new: TupleData) -> None:
+        """`insert(Insert(relation_id, new))` of an Insert outside a streamed block, without
+        the message object (`Decoder.insert_row`)."""
+        stage = self._stage
+        if stage is None:
+            self._stage_streamed(relation_id, None, new, row_bytes(new))
+            return
+        ops = stage.get(relation_id)
+        if ops is None:
+            stage[relation_id] = [new]
+        else:
+            ops.append(new)
 
     def update(self, msg: Update) -> None:
         stage = self._stage

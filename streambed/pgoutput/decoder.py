@@ -357,6 +357,28 @@ def _insert(data: bytes, in_stream: bool) -> Insert:
     return message
 
 
+def _insert_row(data: bytes) -> tuple[int, TupleData]:
+    """`_insert` outside a streamed block, returning (relation id, new tuple) only."""
+    try:
+        relation_id, marker, count = _INSERT_HEAD.unpack_from(data, 1)
+    except struct.error:
+        message = _insert_slow(data, False)
+        return message.relation_id, message.new
+    if marker != _NEW or count < 0:
+        message = _insert_slow(data, False)
+        return message.relation_id, message.new
+    size = len(data)
+    padded = data + _PAD
+    reader = _fast_readers.get(count) or _fast_reader(count)
+    read = reader(padded, 8, size) if reader is not None else None
+    if read is None:
+        read = _read_values(padded, 8, size, count, "Insert")
+    new, pos = read
+    if pos != size:
+        _check_end(data, pos, "Insert")
+    return relation_id, new
+
+
 def _insert_slow(data: bytes, in_stream: bool) -> Insert:
     """Insert the step-by-step way; only reached for malformed input, to report it."""
     xid, relation_id, marker = _row_head(data, in_stream, "Insert")
@@ -551,6 +573,15 @@ class Decoder:
     def in_stream(self) -> bool:
         """True between a Stream Start and its Stream Stop."""
         return self._in_stream
+
+    def insert_row(self, payload: bytes) -> tuple[int, TupleData] | None:
+        """The hot path for the most frequent message: for an Insert outside a streamed
+        block, its relation id and new tuple, without building the `Insert`; None for any
+        other message, which the caller then passes to `decode`. Checks and errors are
+        those of `decode`."""
+        if self._in_stream or payload[:1] != b"I":
+            return None
+        return _insert_row(payload if type(payload) is bytes else bytes(payload))
 
     def decode(self, payload: bytes | memoryview) -> Message:
         """Decode the next message of the stream; see `decode`."""

@@ -6,13 +6,13 @@ valid messages with trailing bytes, and valid messages with one byte changed.
 
 from __future__ import annotations
 
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from streambed.errors import DecodeError
-from streambed.pgoutput.decoder import decode
+from streambed.pgoutput.decoder import Decoder, decode
 from streambed.pgoutput.encoder import encode
-from streambed.pgoutput.messages import Message
+from streambed.pgoutput.messages import Insert, Message, StreamStart
 from tests.unit.pgoutput.test_roundtrip import messages
 
 KIND_BY_TYPE_BYTE = {
@@ -107,3 +107,51 @@ def test_wrong_stream_flag_never_crashes(case: tuple[Message, bool]) -> None:
     # A caller that loses track of streamed blocks gets garbage or DecodeError, not a crash.
     message, in_stream = case
     decode_or_error(encode(message, in_stream=in_stream), not in_stream)
+
+
+def assert_insert_row_agrees(payload: bytes) -> None:
+    """`Decoder.insert_row` gives what `decode` gives for an Insert outside a streamed
+    block (the row, or the same DecodeError), and None for everything else."""
+    expected = decode_or_error(payload, False)
+    try:
+        row = Decoder().insert_row(payload)
+    except DecodeError as error:
+        assert isinstance(expected, DecodeError)
+        assert (error.message_kind, error.offset, error.detail) == (
+            expected.message_kind,
+            expected.offset,
+            expected.detail,
+        )
+        return
+    if payload[:1] != b"I":
+        assert row is None
+    else:
+        assert isinstance(expected, Insert)
+        assert row == (expected.relation_id, expected.new)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=8).map(lambda b: b"I" + b) | st.binary(max_size=64))
+def test_insert_row_agrees_with_decode_on_random_bytes(payload: bytes) -> None:
+    assert_insert_row_agrees(payload)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages(), st.data())
+def test_insert_row_agrees_with_decode_on_changed_and_cut_messages(
+    case: tuple[Message, bool], data: st.DataObject
+) -> None:
+    message, in_stream = case
+    assume(not in_stream)
+    payload = bytearray(encode(message, in_stream=False))
+    assert_insert_row_agrees(bytes(payload))
+    index = data.draw(st.integers(0, len(payload) - 1))
+    payload[index] = data.draw(st.integers(0, 255))
+    assert_insert_row_agrees(bytes(payload))
+    assert_insert_row_agrees(bytes(payload[: data.draw(st.integers(0, len(payload)))]))
+
+
+def test_insert_row_leaves_streamed_inserts_to_decode() -> None:
+    decoder = Decoder()
+    decoder.decode(encode(StreamStart(7, True), in_stream=False))
+    assert decoder.insert_row(encode(Insert(1, (b"1",), 7), in_stream=True)) is None
