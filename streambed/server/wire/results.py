@@ -170,8 +170,53 @@ def numeric_binary_text(text: str) -> bytes:
     return header + struct.pack(f"!{len(groups)}H", *groups)
 
 
+def numeric_binary_unscaled(unscaled: int, scale: int) -> bytes:
+    """numeric send format of unscaled * 10^-scale (scale >= 0) from Python integers only:
+    base-10000 digits by divmod, aligned so the fraction has whole groups."""
+    negative = unscaled < 0
+    rest = (-unscaled if negative else unscaled) * _POW10[-scale % 4]
+    groups: list[int] = []  # least significant first
+    while rest:
+        rest, group = divmod(rest, 10000)
+        groups.append(group)
+    weight = len(groups) - 1 - (scale + 3) // 4
+    low = 0
+    while low < len(groups) and groups[low] == 0:
+        low += 1
+    digits = groups[low:][::-1]
+    if not digits:
+        return _NUMERIC_HEADER.pack(0, 0, 0, scale)
+    header = _NUMERIC_HEADER.pack(len(digits), weight, 0x4000 if negative else 0, scale)
+    return header + struct.pack(f"!{len(digits)}H", *digits)
+
+
+_POW10 = (1, 10, 100, 1000)
+
+
+def _unscaled_ints(array: pa.Array) -> list[int | None]:
+    """The unscaled integers of a decimal128 array (or the values of an integer array), read
+    from the data buffer by numpy: no Decimal objects."""
+    if pa.types.is_integer(array.type):
+        return array.to_pylist()  # type: ignore[no-any-return]
+    n, offset = len(array), array.offset
+    words = np.frombuffer(array.buffers()[1], dtype="<u8", count=2 * (offset + n))[2 * offset :]
+    low, high = words[0::2], words[1::2].view("<i8")
+    if bool(np.all(high == (low.view("<i8") >> 63))):  # every value fits in 64 bits
+        values: list[int | None] = low.view("<i8").tolist()
+    else:
+        values = [(h << 64) | lo for h, lo in zip(high.tolist(), low.tolist(), strict=True)]
+    if array.null_count:
+        for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)):
+            values[i] = None
+    return values
+
+
 def _numeric(array: pa.Array) -> Fields:
-    if pa.types.is_decimal(array.type) or pa.types.is_integer(array.type):
+    if pa.types.is_decimal128(array.type) or pa.types.is_integer(array.type):
+        scale = array.type.scale if pa.types.is_decimal(array.type) else 0
+        encode = numeric_binary_unscaled
+        return _prefixed([None if v is None else encode(v, scale) for v in _unscaled_ints(array)])
+    if pa.types.is_decimal(array.type):
         texts = pc.cast(array, pa.string()).to_pylist()
         return _prefixed([None if t is None else numeric_binary_text(t) for t in texts])
     out: list[bytes | None] = []

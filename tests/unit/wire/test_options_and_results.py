@@ -145,3 +145,18 @@ def test_numeric_from_arrow_text_matches_decimal_path(unscaled: int, scale: int)
     array = pa.array([value], pa.decimal128(38, scale))
     (field,) = _fields(pgtypes.NUMERIC, array)
     assert field == results.numeric_binary(value)
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-(10**17), 10**17)), min_size=1, max_size=8),
+    st.integers(0, 18),
+    st.sampled_from([18, 38]),
+    st.integers(0, 2),
+)
+def test_numeric_binary_of_decimal_arrays_with_nulls_and_offsets(
+    unscaled: list[int | None], scale: int, precision: int, skip: int
+) -> None:
+    values = [None if u is None else Decimal(f"{u}E-{scale}") for u in unscaled]
+    array = pa.array([None] * skip + values, pa.decimal128(precision, scale)).slice(skip)
+    fields = _fields(pgtypes.NUMERIC, array)
+    assert fields == [None if v is None else results.numeric_binary(v) for v in values]
