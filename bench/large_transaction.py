@@ -1,6 +1,6 @@
 """Peak memory of `streambed run` while it replicates one huge transaction.
 
-    .venv/bin/python bench/large_transaction.py [--rows 10000000] [--memory-mb 64]
+    PYTHONPATH=. .venv/bin/python bench/large_transaction.py [--rows 10000000] [--memory-mb 64]
 
 Starts a throwaway Postgres and `python -m streambed.cli run` (query server off) with
 STREAMBED_TXN_MEMORY_BYTES set to `--memory-mb`, then:
@@ -11,8 +11,10 @@ STREAMBED_TXN_MEMORY_BYTES set to `--memory-mb`, then:
 
 It waits until the lake table has every row (one Iceberg snapshot holding the whole
 transaction) and reports the peak resident memory of the streambed process (VmHWM from
-/proc), the time from COMMIT to the data being queryable, and the snapshot count. The
-numbers go into docs/benchmarks.md, "## Large transactions".
+/proc), the time from COMMIT to the data being queryable, and the snapshot count (of the
+table: the empty table's copy plus the transaction). The numbers go into
+docs/benchmarks.md, "## Large transactions". Set ARROW_DEFAULT_MEMORY_POOL to compare
+Arrow allocators; it is passed on to streambed.
 """
 
 from __future__ import annotations
