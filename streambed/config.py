@@ -118,8 +118,9 @@ class Settings:
     )
     txn_memory_bytes: int = _setting(
         "STREAMBED_TXN_MEMORY_BYTES",
-        "Memory for staged streamed transactions before they spill to disk; also the size of "
-        "the parts a large committed transaction is written in (see docs/benchmarks.md).",
+        "Memory for staged streamed transactions before they spill to disk; a large committed "
+        "transaction is read back in segments of 1/8 and written in parts of 1/2 of it, so "
+        "peak memory stays near this plus a constant (see docs/benchmarks.md).",
         64 * 1024 * 1024,
     )
     on_incompatible_schema: str = _setting(
