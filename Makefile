@@ -39,5 +39,9 @@ docs: $(STAMP)
 bench: $(STAMP) system-deps
 	$(PY) bench/cdc_throughput.py
 
+# Any benchmark by name, with its options: make bench-initial_load ARGS="--scales 10"
+bench-%: $(STAMP) system-deps
+	PYTHONPATH=. $(PY) bench/$*.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .demo .bench
