@@ -8,16 +8,18 @@ side is numeric and neither is a float: the exact quotient, rounded at the scale
 binding knows: for every select-list item that is `avg(x)` or `x / y` (bare or inside
 `round(..., n)`), the query is bound twice without running it, once with `sum(x)` and `x`
 in those places and once with `y`. Where the types are exact, the item becomes
-`sb_avg_exact(<sum's unscaled integer>, k, count(x))` (same DISTINCT / FILTER / OVER) or
-`sb_div_exact(<x unscaled>, kx, <y unscaled>, ky)`; integer / integer stays integer division
-and anything involving floats or intervals stays as DuckDB computes it, as in Postgres.
+`sb_avg_exact(sum(x)::varchar, count(x))` (same DISTINCT / FILTER / OVER) or
+`sb_div_exact(x::varchar, y::varchar)`: Python functions registered in DuckDB that divide
+the unscaled integers exactly (macros doing the same in SQL cost DuckDB hundreds of
+milliseconds to bind). Integer / integer stays integer division and anything involving
+floats or intervals stays as DuckDB computes it, as in Postgres.
 
 The exact result is DECIMAL(38, 20): every value equals Postgres's, rounded half away from
 zero at Postgres's scale; the text shows the column's 20 decimals (Postgres: 16 for
 1.5000000000000000) unless round(..., n) fixes the scale. Quotients below 0.0001 (where
-Postgres keeps more than 20 decimals) are rounded at 20; quotients of 10^18 or more overflow.
-avg() or division inside a larger expression (`avg(x) * 100`, `a / b > 1`, a subquery)
-stays double precision.
+Postgres keeps more than 20 decimals) are rounded at 20; quotients of 10^18 or more fail
+(numeric field overflow). avg() or division inside a larger expression (`avg(x) * 100`,
+`a / b > 1`, a subquery) stays double precision.
 """
 
 from __future__ import annotations
@@ -25,52 +27,95 @@ from __future__ import annotations
 import re
 
 import duckdb
+import duckdb.func
+import pyarrow as pa
 from pglast import ast, enums
 
-from streambed.server.catalog import SCHEMA
+SCALE = 20  # decimals of an exact result: Postgres's largest for quotients of 0.0001 and more
+_LIMIT = 10**38  # DECIMAL(38, SCALE) holds unscaled values below this
+RESULT_TYPE = f"DECIMAL(38,{SCALE})"
 
-SCALE = 20  # decimals of an exact avg(): Postgres's largest for quotients of 0.0001 and more
-_MAX_PRECISION = 38
+
+def _parse(text: str) -> tuple[int, int]:
+    """(unscaled integer, scale) of DuckDB's text form of an integer or decimal: "-1.50"
+    is (-150, 2)."""
+    negative = text.startswith("-")
+    whole, _, fraction = text.lstrip("+-").partition(".")
+    unscaled = int(whole + fraction)
+    return (-unscaled if negative else unscaled), len(fraction)
 
 
-def _macros() -> str:
-    pow10 = ", ".join(f"{10**e}::HUGEINT" for e in range(_MAX_PRECISION + 1))
-    s = SCHEMA
-    return f"""
-CREATE MACRO {s}.sb_pow10(e) AS [{pow10}][e + 1];
--- base-10000 weight and first digit of a positive value, as Postgres's NumericVar has them
-CREATE MACRO {s}.sb_nweight(x) AS
-    CASE WHEN x = 0 THEN 0 ELSE floor(log10(x) / 4 + 1e-12)::INTEGER END;
-CREATE MACRO {s}.sb_nfirst(x) AS
-    CASE WHEN x = 0 THEN 0 ELSE floor(x / pow(10000, {s}.sb_nweight(x)) + 1e-9) END;
--- select_div_scale(sum, count): 16 significant digits, at least the dividend's scale
-CREATE MACRO {s}.sb_div_scale(v, k, n) AS least({SCALE}, greatest(k, 16 - 4 * (
-    {s}.sb_nweight(v) - {s}.sb_nweight(n)
-    - CASE WHEN {s}.sb_nfirst(v) <= {s}.sb_nfirst(n) THEN 1 ELSE 0 END)));
-CREATE MACRO {s}.sb_round_div(a, b) AS sign(a) * ((abs(a) * 2 + b) // (2 * b));
-CREATE MACRO {s}.sb_avg_scaled(u, k, n, r) AS
-    ({s}.sb_round_div(u * {s}.sb_pow10(r - k), n) * {s}.sb_pow10({SCALE} - r))::DECIMAL(38,0)
-    * 0.{"0" * (SCALE - 1)}1;
--- u: the sum's unscaled integer, k: its scale, n: the count
-CREATE MACRO {s}.sb_avg_exact(u, k, n) AS CASE WHEN n = 0 THEN NULL ELSE {s}.sb_avg_scaled(
-    u, k, n, {s}.sb_div_scale(abs(u::DOUBLE) / pow(10, k), k, n::DOUBLE)) END;
--- x / y of exact numbers given as unscaled integers and scales (numeric division)
-CREATE MACRO {s}.sb_div_scale2(vx, kx, vy, ky) AS least({SCALE}, greatest(kx, ky, 16 - 4 * (
-    {s}.sb_nweight(vx) - {s}.sb_nweight(vy)
-    - CASE WHEN {s}.sb_nfirst(vx) <= {s}.sb_nfirst(vy) THEN 1 ELSE 0 END)));
-CREATE MACRO {s}.sb_div_scaled(ux, kx, uy, ky, r) AS
-    ({s}.sb_round_div(ux * {s}.sb_pow10(ky + r - kx) * sign(uy), abs(uy))
-     * {s}.sb_pow10({SCALE} - r))::DECIMAL(38,0) * 0.{"0" * (SCALE - 1)}1;
-CREATE MACRO {s}.sb_div_exact(ux, kx, uy, ky) AS CASE
-    WHEN uy = 0 THEN error('division by zero')
-    ELSE {s}.sb_div_scaled(ux, kx, uy, ky, {s}.sb_div_scale2(
-        abs(ux::DOUBLE) / pow(10, kx), kx, abs(uy::DOUBLE) / pow(10, ky), ky)) END;
-"""
+def _weight_and_first_digit(magnitude: int, scale: int) -> tuple[int, int]:
+    """Base-10000 weight and leading base-10000 digit of magnitude * 10^-scale, as
+    Postgres's NumericVar has them (zero: 0, 0)."""
+    if magnitude == 0:
+        return 0, 0
+    weight = (len(str(magnitude)) - 1 - scale) // 4
+    shift = scale + 4 * weight
+    first = magnitude // 10**shift if shift >= 0 else magnitude * 10**-shift
+    return weight, first
+
+
+def divide(ux: int, kx: int, uy: int, ky: int) -> int:
+    """x / y for x = ux * 10^-kx and y = uy * 10^-ky as Postgres's numeric division answers
+    it (select_div_scale: 16 significant digits, at least both scales; rounded half away
+    from zero), returned unscaled at SCALE decimals."""
+    if uy == 0:
+        raise ValueError("division by zero")
+    w1, f1 = _weight_and_first_digit(abs(ux), kx)
+    w2, f2 = _weight_and_first_digit(abs(uy), ky)
+    qweight = w1 - w2 - (1 if f1 <= f2 else 0)
+    rscale = min(max(16 - 4 * qweight, kx, ky, 0), SCALE)
+    quotient, remainder = divmod(abs(ux) * 10 ** (ky + rscale - kx), abs(uy))
+    if 2 * remainder >= abs(uy):
+        quotient += 1
+    if (ux < 0) != (uy < 0):
+        quotient = -quotient
+    return int(quotient * 10 ** (SCALE - rscale))
+
+
+def _decimal_array(values: list[int | None]) -> pa.Array:
+    if any(v is not None and not -_LIMIT < v < _LIMIT for v in values):
+        raise ValueError(
+            f"numeric field overflow: the exact result needs more than {38 - SCALE} digits "
+            f"before the decimal point (cast an operand to double precision)"
+        )
+    data = b"".join((v or 0).to_bytes(16, "little", signed=True) for v in values)
+    validity = None
+    if any(v is None for v in values):
+        validity = pa.array([v is not None for v in values]).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.decimal128(38, SCALE), len(values), [validity, pa.py_buffer(data)]
+    )
+
+
+def _avg_udf(total: pa.Array, count: pa.Array) -> pa.Array:
+    out: list[int | None] = []
+    for text, n in zip(total.to_pylist(), count.to_pylist(), strict=True):
+        if text is None or not n:
+            out.append(None)
+            continue
+        unscaled, scale = _parse(text)
+        out.append(divide(unscaled, scale, n, 0))
+    return _decimal_array(out)
+
+
+def _div_udf(left: pa.Array, right: pa.Array) -> pa.Array:
+    out: list[int | None] = []
+    for x, y in zip(left.to_pylist(), right.to_pylist(), strict=True):
+        out.append(None if x is None or y is None else divide(*_parse(x), *_parse(y)))
+    return _decimal_array(out)
 
 
 def install(conn: duckdb.DuckDBPyConnection) -> None:
-    """Create the macros (once, at startup, after the catalog schema exists)."""
-    conn.execute(_macros())
+    """Register the exact avg and division functions (visible to every cursor)."""
+    result = duckdb.decimal_type(38, SCALE)
+    conn.create_function(
+        "sb_avg_exact", _avg_udf, ["VARCHAR", "BIGINT"], result, type=duckdb.func.ARROW
+    )
+    conn.create_function(
+        "sb_div_exact", _div_udf, ["VARCHAR", "VARCHAR"], result, type=duckdb.func.ARROW
+    )
 
 
 # ---- the rewrite ----------------------------------------------------------------------------
@@ -168,22 +213,6 @@ def _call(name: str, *args: ast.Node, schema: str | None = None) -> ast.FuncCall
     return ast.FuncCall(funcname=(*names, ast.String(sval=name)), args=args, funcformat=0)
 
 
-def _int(value: int) -> ast.A_Const:
-    return ast.A_Const(val=ast.Integer(ival=value))
-
-
-def _unscaled(node: ast.Node, decimal: bool) -> ast.Node:
-    """The integer behind an exact value: 1.50 (of scale 2) is 150."""
-    if not decimal:
-        return _cast(node, "hugeint")
-    text = _call("replace", _cast(node, "varchar"), _text("."), _text(""))
-    return _cast(text, "hugeint")
-
-
-def _text(value: str) -> ast.A_Const:
-    return ast.A_Const(val=ast.String(sval=value))
-
-
 def _aggregate(call: ast.FuncCall, name: str, arg: ast.Node) -> ast.FuncCall:
     return ast.FuncCall(
         funcname=(ast.String(sval=name),),
@@ -205,22 +234,19 @@ def exact(stmt: ast.SelectStmt, left: list[str], right: list[str]) -> bool:
         if i >= len(left) or i >= len(right):
             return False
         if isinstance(core, ast.FuncCall):  # avg(x); left[i] is sum(x)'s type
-            scale = exact_scale(left[i])
-            if scale is None:
+            if exact_scale(left[i]) is None:
                 continue
             (arg,) = core.args or ()
-            total = _unscaled(_aggregate(core, "sum", arg), decimal=True)
-            count = _aggregate(core, "count", arg)
-            _set_core(target, _call("sb_avg_exact", total, _int(scale), count, schema=SCHEMA))
+            total = _cast(_aggregate(core, "sum", arg), "varchar")
+            _set_core(target, _call("sb_avg_exact", total, _aggregate(core, "count", arg)))
             changed = True
         elif isinstance(core, ast.A_Expr):  # x / y: numeric if both exact and one numeric
-            kx, ky = exact_scale(left[i]), exact_scale(right[i])
-            if kx is None or ky is None or (left[i] in _INTEGERS and right[i] in _INTEGERS):
+            exact_operands = exact_scale(left[i]) is not None and exact_scale(right[i]) is not None
+            if not exact_operands or (left[i] in _INTEGERS and right[i] in _INTEGERS):
                 continue
             assert isinstance(core.lexpr, ast.Node) and isinstance(core.rexpr, ast.Node)
-            x = _unscaled(core.lexpr, decimal=left[i] not in _INTEGERS)
-            y = _unscaled(core.rexpr, decimal=right[i] not in _INTEGERS)
-            _set_core(target, _call("sb_div_exact", x, _int(kx), y, _int(ky), schema=SCHEMA))
+            x, y = _cast(core.lexpr, "varchar"), _cast(core.rexpr, "varchar")
+            _set_core(target, _call("sb_div_exact", x, y))
             changed = True
     return changed
 
