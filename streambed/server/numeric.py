@@ -6,9 +6,11 @@ side is numeric and neither is a float: the exact quotient, rounded at the scale
 1.5000000000000000, 12345.678901234568, 0.66666666666666666667). DuckDB answers both in
 `double precision`. Which one a query needs depends on the operands' types, which only
 binding knows: for every select-list item that is `avg(x)` or `x / y` (bare or inside
-`round(..., n)`), the query is bound twice without running it, once with `sum(x)` and `x`
-in those places and once with `y`. Where the types are exact, the item becomes
-`sb_avg_exact(sum(x)::varchar, count(x))` (same DISTINCT / FILTER / OVER) or
+`round(..., n)`) and is computed once per group or once per query (avg() without OVER, a
+division of aggregates such as `sum(a) / count(*)`, or of constants), the query is bound
+twice without running it, once with `sum(x)` and `x` in those places and once with `y`.
+Where the types are exact, the item becomes
+`sb_avg_exact(sum(x)::varchar, count(x))` (same DISTINCT / FILTER) or
 `sb_div_exact(x::varchar, y::varchar)`: Python functions registered in DuckDB that divide
 the unscaled integers exactly (macros doing the same in SQL cost DuckDB hundreds of
 milliseconds to bind). Integer / integer stays integer division and anything involving
@@ -19,7 +21,8 @@ zero at Postgres's scale; the text shows the column's 20 decimals (Postgres: 16 
 1.5000000000000000) unless round(..., n) fixes the scale. Quotients below 0.0001 (where
 Postgres keeps more than 20 decimals) are rounded at 20; quotients of 10^18 or more fail
 (numeric field overflow). avg() or division inside a larger expression (`avg(x) * 100`,
-`a / b > 1`, a subquery) stays double precision.
+`a / b > 1`, a subquery) and per-row computations (`amount / 3`, `avg(x) OVER (...)`: the
+exact function costs microseconds per row) stay double precision.
 """
 
 from __future__ import annotations
@@ -149,7 +152,43 @@ def _core(target: object) -> ast.Node | None:
     value = target.val if isinstance(target, ast.ResTarget) else None
     if isinstance(value, ast.FuncCall) and _name(value) == "round" and value.args:
         value = value.args[0]
-    return value if _is_avg(value) or _is_div(value) else None
+    if _is_avg(value) and isinstance(value, ast.FuncCall) and value.over is None:
+        return value
+    if _is_div(value) and (_aggregates(value) or not _columns(value)):
+        return value
+    return None
+
+
+def _columns(node: object) -> bool:
+    """True if the expression reads a column (constants are computed once)."""
+    if isinstance(node, tuple | list):
+        return any(_columns(item) for item in node)
+    if not isinstance(node, ast.Node):
+        return False
+    if isinstance(node, ast.ColumnRef | ast.SubLink):
+        return True
+    return any(_columns(getattr(node, attr)) for attr in node)
+
+
+_AGGREGATES = {"sum", "count", "avg", "min", "max"}
+
+
+def _aggregates(node: object) -> bool:
+    """True if the expression computes on aggregates (`sum(a) / count(*)`, a window
+    function): one division per group, cheap enough for the exact Python function. A
+    row-level `amount / 3` stays double precision (exact, it would cost microseconds per
+    row)."""
+    if isinstance(node, tuple | list):
+        return any(_aggregates(item) for item in node)
+    if not isinstance(node, ast.Node):
+        return False
+    if isinstance(node, ast.FuncCall) and (
+        node.over is not None or node.agg_star or _name(node) in _AGGREGATES
+    ):
+        return True
+    if isinstance(node, ast.SubLink):
+        return False
+    return any(_aggregates(getattr(node, attr)) for attr in node)
 
 
 def _set_core(target: ast.ResTarget, node: ast.Node) -> None:
