@@ -41,6 +41,11 @@ class CopyClientError(Exception):
     """The source refused or broke the COPY; the message is the server's."""
 
 
+class RowTooLarge(CopyClientError):
+    """A row is larger than the CSV reader's block (`batch_bytes`); read again with a
+    larger one."""
+
+
 def find_psql() -> str | None:
     """`$STREAMBED_PSQL` ("" disables psql), else psql on PATH, else the newest
     /usr/lib/postgresql/*/bin/psql.
@@ -160,6 +165,8 @@ def _via_psql(
         except pa.ArrowInvalid as e:
             proc.kill()
             proc.wait()
+            if "straddling object" in str(e):  # Arrow's reader needs a row within a block
+                raise RowTooLarge(f"a row is larger than {batch_bytes} bytes") from None
             message = proc.stderr.read().decode(errors="replace").strip()
             raise CopyClientError(message or str(e)) from None
         finally:

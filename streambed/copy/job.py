@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -89,8 +90,7 @@ def copy_table(
         return CopyResult(info.qualified, 0, 0, 0, frontier, location, time.monotonic() - started)
     _register(spark)
     out = output_dir(table, run_id)
-    parallelism = max(1, spark.sparkContext.defaultParallelism)
-    ranges = block_ranges(info.blocks, min_partitions=parallelism)
+    ranges = block_ranges(info.blocks, slots=task_slots(spark))
     options = {
         **fs_options,
         "url": url,
@@ -122,6 +122,22 @@ def copy_table(
     return CopyResult(
         info.qualified, rows, len(files), size, frontier, location, time.monotonic() - started
     )
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks Spark runs at once: the cores of a `local[N]` master (its
+    `defaultParallelism` is streambed's shuffle setting, 4), else `defaultParallelism`
+    (a cluster's total executor cores). A copy's ranges are a multiple of it, so no wave
+    of tasks leaves cores idle, and no more: each task costs a psql start, a connection,
+    a snapshot import and a scheduling gap."""
+    master = spark.sparkContext.master or ""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if found is None:
+        return max(1, spark.sparkContext.defaultParallelism)
+    cores = found.group(1)
+    if cores is None:
+        return 1
+    return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
 
 
 def committed(table: Table, run_id: str) -> bool:

@@ -32,16 +32,19 @@ class BlockRange:
 
 
 def block_ranges(
-    blocks: int, min_partitions: int = 1, blocks_per_partition: int = BLOCKS_PER_PARTITION
+    blocks: int, slots: int = 1, blocks_per_partition: int = BLOCKS_PER_PARTITION
 ) -> list[BlockRange]:
-    """Split `blocks` heap blocks into ranges of at most `blocks_per_partition` blocks, and
-    into at least `min_partitions` ranges when there are that many blocks. The ranges tile
-    [0, ∞): the first starts at 0, each starts where the previous ends, the last is open."""
+    """Split `blocks` heap blocks into ranges of at most `blocks_per_partition` blocks, as
+    many as a multiple of `slots` (the tasks Spark runs at once: every wave of tasks is
+    full), fewer only when the table has fewer blocks. Sizes differ by at most one block.
+    The ranges tile [0, ∞): the first starts at 0, each starts where the previous ends,
+    the last is open."""
     if blocks_per_partition < 1:
         raise ValueError("blocks_per_partition must be positive")
     blocks = max(0, blocks)
-    count = max(1, -(-blocks // blocks_per_partition), min(max(1, min_partitions), blocks))
-    # Even split: sizes differ by at most one block, and every range is non-empty.
+    slots = max(1, slots)
+    needed = -(-blocks // blocks_per_partition)
+    count = max(1, min(-(-needed // slots) * slots, blocks))
     starts = [i * blocks // count for i in range(count)]
     ranges = [BlockRange(s, e) for s, e in itertools.pairwise(starts)]
     ranges.append(BlockRange(starts[-1], None))

@@ -14,11 +14,11 @@ from streambed.copy.ranges import BLOCKS_PER_PARTITION, BlockRange, block_ranges
 @settings(deadline=None)  # timings on a shared machine vary
 @given(
     blocks=st.integers(min_value=-5, max_value=2_000_000),
-    min_partitions=st.integers(min_value=-2, max_value=512),
+    slots=st.integers(min_value=-2, max_value=512),
     per_partition=st.integers(min_value=512, max_value=100_000),
 )
-def test_ranges_tile_the_table(blocks: int, min_partitions: int, per_partition: int) -> None:
-    ranges = block_ranges(blocks, min_partitions, per_partition)
+def test_ranges_tile_the_table(blocks: int, slots: int, per_partition: int) -> None:
+    ranges = block_ranges(blocks, slots, per_partition)
     assert ranges[0].start == 0
     assert ranges[-1].end is None  # open: blocks added after the size was read are copied
     for before, after in itertools.pairwise(ranges):
@@ -30,7 +30,7 @@ def test_ranges_tile_the_table(blocks: int, min_partitions: int, per_partition: 
     if n:
         assert ranges[-1].start < n  # the open range starts inside the table
         assert n - ranges[-1].start <= per_partition
-        assert len(ranges) >= min(max(1, min_partitions), n)
+        assert len(ranges) >= min(max(1, slots), n)
     else:
         assert ranges == [BlockRange(0, None)]
 
@@ -38,18 +38,23 @@ def test_ranges_tile_the_table(blocks: int, min_partitions: int, per_partition: 
 @settings(deadline=None)  # timings on a shared machine vary
 @given(
     blocks=st.integers(min_value=1, max_value=2_000_000),
-    min_partitions=st.integers(min_value=1, max_value=64),
+    slots=st.integers(min_value=1, max_value=64),
 )
-def test_ranges_are_even_and_no_more_than_needed(blocks: int, min_partitions: int) -> None:
-    ranges = block_ranges(blocks, min_partitions)
-    needed = max(-(-blocks // BLOCKS_PER_PARTITION), min(min_partitions, blocks))
-    assert len(ranges) == needed
+def test_whole_waves_of_even_ranges(blocks: int, slots: int) -> None:
+    ranges = block_ranges(blocks, slots)
+    needed = -(-blocks // BLOCKS_PER_PARTITION)
+    if blocks >= slots:
+        assert len(ranges) % slots == 0  # every wave of tasks is full
+        assert len(ranges) < needed + slots  # and no more waves than needed
+    else:
+        assert len(ranges) == blocks  # one block each
     sizes = [(r.end if r.end is not None else blocks) - r.start for r in ranges]
     assert max(sizes) - min(sizes) <= 1
+    assert max(sizes) <= BLOCKS_PER_PARTITION
 
 
 @pytest.mark.parametrize(
-    ("blocks", "min_partitions", "per_partition", "expected"),
+    ("blocks", "slots", "per_partition", "expected"),
     [
         (0, 4, 8, [(0, None)]),
         (1, 4, 8, [(0, None)]),
@@ -57,24 +62,26 @@ def test_ranges_are_even_and_no_more_than_needed(blocks: int, min_partitions: in
         (8, 1, 8, [(0, None)]),
         (9, 1, 8, [(0, 4), (4, None)]),
         (16, 4, 8, [(0, 4), (4, 8), (8, 12), (12, None)]),
+        (17, 2, 8, [(0, 4), (4, 8), (8, 12), (12, None)]),  # 3 needed: two full waves
+        (16394, 2, 8192, [(0, 4098), (4098, 8197), (8197, 12295), (12295, None)]),
     ],
 )
 def test_block_ranges_examples(
-    blocks: int, min_partitions: int, per_partition: int, expected: list[tuple[int, int | None]]
+    blocks: int, slots: int, per_partition: int, expected: list[tuple[int, int | None]]
 ) -> None:
-    got = block_ranges(blocks, min_partitions, per_partition)
+    got = block_ranges(blocks, slots, per_partition)
     assert [(r.start, r.end) for r in got] == expected
 
 
 @settings(deadline=None)  # timings on a shared machine vary
 @given(
     blocks=st.integers(min_value=0, max_value=300),
-    min_partitions=st.integers(min_value=0, max_value=400),
+    slots=st.integers(min_value=0, max_value=400),
     per_partition=st.integers(min_value=1, max_value=20),
 )
-def test_small_tables_tile_exactly(blocks: int, min_partitions: int, per_partition: int) -> None:
+def test_small_tables_tile_exactly(blocks: int, slots: int, per_partition: int) -> None:
     """Every block belongs to exactly one range."""
-    ranges = block_ranges(blocks, min_partitions, per_partition)
+    ranges = block_ranges(blocks, slots, per_partition)
     owners = [
         sum(1 for r in ranges if r.start <= b and (r.end is None or b < r.end))
         for b in range(blocks + 5)
