@@ -3,11 +3,16 @@ process through the LakeDatabase (same Iceberg tables, same views), and against 
 Postgres holding the same rows.
 
     PYTHONPATH=. .venv/bin/python bench/query_overhead.py [--rows 200000] [--repeat 5]
+        [--server-process]
 
 Prints the median time per query and the ratios wire / in-process (target: <= 1.2 for results
 up to 100k rows) and Postgres / wire (the speedup of reading the lake instead of the source).
 In-process means: execute in the LakeDatabase session and turn the Arrow result into Python
 tuples, which is what a client gets at the end of the wire too.
+
+By default the wire server runs in the benchmark's own process, so the psycopg client and
+the server's threads share one GIL; `--server-process` runs it in a child process over the
+same warehouse (as `streambed serve` runs beside its clients).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import decimal
+import multiprocessing
 import statistics
 import tempfile
 import time
@@ -92,6 +98,21 @@ class Static:
         return self.watermark
 
 
+def _serve_in_child(
+    warehouse: str, location: str, ports: multiprocessing.Queue[int], stop: Any
+) -> None:
+    db = LakeDatabase(
+        DatabaseSettings(warehouse=warehouse),
+        Static(Watermark(lsn=1, tables={("public", "orders"): location})),
+    )
+    db.refresh()
+    server = QueryServer(ServerOptions(port=0), db).start()
+    ports.put(server.port)
+    stop.wait()
+    server.stop()
+    db.close()
+
+
 def median_seconds(run: Callable[[], Any], repeat: int) -> float:
     run()  # warm up
     times = []
@@ -118,6 +139,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--server-process",
+        action="store_true",
+        help="run the wire server in a child process instead of a thread of this one",
+    )
     args = parser.parse_args()
     data = rows(args.rows)
     with tempfile.TemporaryDirectory(prefix="streambed-bench-") as tmp:
@@ -136,18 +162,36 @@ def main() -> None:
             Static(Watermark(lsn=1, tables={("public", "orders"): location})),
         )
         db.refresh()
-        server = QueryServer(ServerOptions(port=0), db).start()
+        child: multiprocessing.process.BaseProcess | None = None
+        server: QueryServer | None = None
+        stop: Any = None
+        if args.server_process:
+            spawn = multiprocessing.get_context("spawn")
+            ports: multiprocessing.Queue[int] = spawn.Queue()
+            stop = spawn.Event()
+            child = spawn.Process(
+                target=_serve_in_child, args=(warehouse.as_uri(), location, ports, stop)
+            )
+            child.start()
+            port = ports.get(timeout=120)
+        else:
+            server = QueryServer(ServerOptions(port=0), db).start()
+            port = server.port
         pg = ThrowawayPostgres()
         pg.start()
         try:
             load_postgres(pg, data)
             session = db.session()
             wire = psycopg.connect(
-                f"host=127.0.0.1 port={server.port} user=bench dbname=streambed sslmode=disable",
+                f"host=127.0.0.1 port={port} user=bench dbname=streambed sslmode=disable",
                 autocommit=True,
             )
             source = psycopg.connect(pg.url(), autocommit=True)
-            print(f"{args.rows} rows; median of {args.repeat} runs after one warm-up\n")
+            where = "a child process" if child is not None else "this process"
+            print(
+                f"{args.rows} rows; median of {args.repeat} runs after one warm-up; "
+                f"server in {where}\n"
+            )
             header = (
                 f"{'query':<14}{'in-process':>12}{'wire text':>12}{'wire bin':>12}{'postgres':>12}"
             )
@@ -170,7 +214,11 @@ def main() -> None:
             session.close()
         finally:
             pg.stop()
-            server.stop()
+            if server is not None:
+                server.stop()
+            if child is not None:
+                stop.set()
+                child.join(60)
             db.close()
             catalog.engine.dispose()
 
