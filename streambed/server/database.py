@@ -1275,6 +1275,9 @@ class DbSession:
         if isinstance(stmt, ast.VariableShowStmt):
             key = (stmt.name or "").lower()
             return [ColumnInfo.of(key if key != "all" else "name", pgtypes.TEXT)]
+        if isinstance(stmt, ast.FetchStmt):  # a prepared FETCH: the cursor's columns
+            cursor = self._cursors.get(stmt.portalname or "")
+            return [] if cursor is None or stmt.ismove else list(cursor.columns)
         if not isinstance(stmt, ast.SelectStmt | ast.ExplainStmt):
             return []
         count = max(_param_count(stmt), len(params or ()))

@@ -302,6 +302,7 @@ def test_cursors_declare_fetch_move_close(db: LakeDatabase) -> None:
         s, "DECLARE c NO SCROLL CURSOR FOR SELECT id FROM orders WHERE id >= $1 ORDER BY id", [1]
     ) == ("DECLARE CURSOR", [])
     assert [c.name for c in s.cursor_columns("c") or []] == ["id"]
+    assert [c.name for c in s.describe("FETCH 5 FROM c")] == ["id"]  # without fetching
     assert _run(s, "SELECT count(*) FROM orders") == ("SELECT 1", [(3,)])  # c stays open
     assert _run(s, "FETCH 2 FROM c") == ("FETCH 2", [(1,), (2,)])
     assert _run(s, "MOVE 5 c") == ("MOVE 1", [])
