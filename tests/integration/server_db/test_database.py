@@ -145,6 +145,12 @@ def test_errors_carry_sqlstate(db: LakeDatabase, sql: str, sqlstate: str) -> Non
         ("SET enable_external_access = true", "42501"),
         ("SET lock_configuration = false", "42501"),
         ("SET memory_limit = '1TB'", "42501"),
+        ("SET GLOBAL memory_limit = '1TB'", "42501"),
+        ("SET SESSION threads = 64", "42501"),
+        ("RESET allowed_directories", "42501"),
+        ("PRAGMA memory_limit = '1TB'", "42501"),
+        ("CALL pragma_database_list()", "25006"),
+        ("SET allowed_directories = ['/']", "42501"),
         ("SELECT getenv('HOME')", "42501"),
     ],
 )
@@ -154,6 +160,16 @@ def test_sandbox_refuses(db: LakeDatabase, sql: str, sqlstate: str) -> None:
         session.execute(sql).rows()
     assert info.value.sqlstate == sqlstate, info.value.message
     assert session.execute("SELECT count(*) FROM orders").rows() == [(3,)]
+
+
+def test_reset_all_is_a_postgres_session_reset_and_the_sandbox_holds(db: LakeDatabase) -> None:
+    session = db.session()
+    session.execute("SET TimeZone = 'Asia/Tokyo'")
+    session.execute("RESET ALL")
+    assert session.execute("SHOW TimeZone").rows() != [("Asia/Tokyo",)]
+    with pytest.raises(QueryError) as info:
+        session.execute("SELECT * FROM read_csv('/etc/passwd')").rows()
+    assert info.value.sqlstate == "42501"
 
 
 def test_transaction_statements_by_parse_not_substring(db: LakeDatabase) -> None:
