@@ -167,7 +167,10 @@ def test_sigkill_during_copy_then_restart_redoes_only_unfinished_tables(
         d.proc.start({"STREAMBED_FAILPOINTS": "during_copy:2"})
         assert d.proc.wait(timeout=300) == -signal.SIGKILL, d.proc.logs()[-3000:]
         statuses = _statuses(d)
-        assert sorted(statuses.values()).count("ready") == 1, statuses
+        # Two tables copy at once: the first to pass the failpoint commits while the second
+        # may already reach it, so the kill can come before or after the first is `ready`.
+        assert sorted(statuses.values()).count("ready") <= 1, statuses
+        assert "copying" in statuses.values(), statuses
         # Files of the interrupted copies exist but are not part of any table yet.
         leftovers = list(Path(d.settings.data_dir).rglob("copy-*/*.parquet"))
         assert leftovers
