@@ -245,6 +245,8 @@ def map_duckdb_error(error: BaseException) -> QueryError:
     lowered = message.lower()
     if "division by zero" in lowered:
         return QueryError("division by zero", "22012")
+    if "out of range for the destination type int64" in lowered:
+        return QueryError("bigint out of range", "22003")  # e.g. sum() of int4 past 2^63
     if isinstance(error, duckdb.CatalogException):
         if re.search(r"(table|view) with name .* does not exist", lowered):
             name = re.search(r"with name (\S+) does not exist", message)

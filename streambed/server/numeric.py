@@ -34,6 +34,15 @@ import duckdb.func
 import pyarrow as pa
 from pglast import ast, enums
 
+SUM_MACRO = "sb_sum_result"
+# sb_sum_result(x, sum(x)): Postgres's type for the sum of x (int2/int4: bigint, the rest
+# as DuckDB sums them). Typed macro overloads are resolved at bind time, so a sum anywhere
+# in a query (subquery, CTE, HAVING, window, inside an expression) gets it without probing.
+SUM_MACRO_SQL = (
+    f"CREATE OR REPLACE MACRO {SUM_MACRO}(x SMALLINT, total) AS CAST(total AS BIGINT), "
+    "(x INTEGER, total) AS CAST(total AS BIGINT), (x, total) AS total"
+)
+
 SCALE = 20  # decimals of an exact result: Postgres's largest for quotients of 0.0001 and more
 _LIMIT = 10**38  # DECIMAL(38, SCALE) holds unscaled values below this
 RESULT_TYPE = f"DECIMAL(38,{SCALE})"
@@ -111,7 +120,9 @@ def _div_udf(left: pa.Array, right: pa.Array) -> pa.Array:
 
 
 def install(conn: duckdb.DuckDBPyConnection) -> None:
-    """Register the exact avg and division functions (visible to every cursor)."""
+    """Register the exact avg and division functions and the sum macro (visible to every
+    cursor)."""
+    conn.execute(SUM_MACRO_SQL)
     result = duckdb.decimal_type(38, SCALE)
     conn.create_function(
         "sb_avg_exact", _avg_udf, ["VARCHAR", "BIGINT"], result, type=duckdb.func.ARROW

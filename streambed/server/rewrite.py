@@ -22,6 +22,7 @@ from pglast import ast, enums
 from pglast.stream import RawStream
 
 from streambed.server import catalog
+from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError
 
@@ -120,6 +121,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
                 or names[-1] in catalog.COMPAT_FUNCTIONS
                 or names[-1] in catalog.SESSION_FUNCTIONS
                 or names[-1] == "_pg_expandarray"
+                or _is_sum(node)
             )
         elif isinstance(node, ast.A_Expr):
             names = _strings(node.name)
@@ -148,6 +150,40 @@ def needs_rewrite(stmt: ast.Node) -> bool:
 
     _walk(stmt, visit)
     return found
+
+
+# Aggregates DuckDB cannot type inside a macro argument (sum(max(x)) OVER ()).
+_AGGREGATE_NAMES = {
+    "sum", "count", "avg", "min", "max", "stddev", "stddev_samp", "stddev_pop", "variance",
+    "var_samp", "var_pop", "bit_and", "bit_or", "bool_and", "bool_or", "every", "string_agg",
+    "array_agg", "json_agg", "jsonb_agg", "mode", "percentile_cont", "percentile_disc",
+    "first", "last", "any_value", SUM_MACRO,
+}  # fmt: skip
+
+
+def _is_sum(node: ast.FuncCall) -> bool:
+    """`sum(x)`: Postgres's sum of int2/int4 is bigint, DuckDB's is HUGEINT (numeric). Not
+    a sum of an aggregate (`sum(count(*)) OVER ()`): DuckDB cannot tell the macro its type,
+    and the sum of a bigint or numeric aggregate is numeric in both."""
+    names = _strings(node.funcname)
+    if not (
+        names[-1:] == ["sum"]
+        and names[:-1] in ([], ["pg_catalog"])
+        and len(node.args or ()) == 1
+        and not node.agg_star
+    ):
+        return False
+    nested = False
+
+    def visit(inner: Any) -> None:
+        nonlocal nested
+        if isinstance(inner, ast.FuncCall) and (
+            inner.over is not None or _strings(inner.funcname)[-1:][0] in _AGGREGATE_NAMES
+        ):
+            nested = True
+
+    _walk(node.args, visit)
+    return not nested
 
 
 def _is_division(node: ast.A_Expr) -> bool:
@@ -260,6 +296,7 @@ def _sql_syntax(node: ast.FuncCall) -> bool:
 class _Rewriter:
     def __init__(self, session: SessionValues) -> None:
         self.session = session
+        self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -398,6 +435,11 @@ class _Rewriter:
             value = getattr(node, attr)
             if value is not None:
                 setattr(node, attr, self.transform(value))
+        if _is_sum(node) and id(node) not in self.wrapped_sums:
+            self.wrapped_sums.add(id(node))
+            # the macro picks its result by the argument's type (int2/int4: bigint, which
+            # raises on overflow as Postgres does) and drops that first argument
+            return _func(SUM_MACRO, [args[0], node], schema=None)
         return node
 
     def session_function(self, name: str, args: list[Any]) -> ast.Node | None:

@@ -2,7 +2,8 @@
 the lake database, compared by type OID and value (as psycopg decodes Postgres's answer).
 
 Covers avg() of integers and numerics and division involving numerics (numeric in Postgres,
-double in plain DuckDB), and timestamptz computed in the session TimeZone."""
+double in plain DuckDB), sum() (bigint for int2/int4 in Postgres, HUGEINT in DuckDB), and
+timestamptz computed in the session TimeZone."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError, Watermark
 from tests.fixtures.postgres import ThrowawayPostgres
 
 pytestmark = pytest.mark.integration
@@ -39,6 +40,20 @@ QUERIES = [
     f"SELECT date_trunc('day', {TS}), {TS}::date, {TS}::text",
     f"SELECT date_trunc('month', {TS}), date_trunc('hour', {TS} + interval '1 hour')",
     "SELECT '2024-03-31 01:30:00'::timestamptz, '2024-10-27 02:30:00+00'::timestamptz::text",
+    # sum(): int2/int4 bigint, int8 and numeric numeric, float double; count bigint
+    f"SELECT sum(i), sum(i::smallint), sum(i::bigint), sum(n), sum(f), count(*), count(n) "
+    f"FROM {NUMBERS}",
+    f"SELECT i, sum(i) * 2, sum(i) + 1, sum(DISTINCT i) FILTER (WHERE i > 0) FROM {NUMBERS} "
+    f"GROUP BY i HAVING sum(i) > 0 ORDER BY sum(i), i",
+    f"SELECT i, sum(i) OVER (ORDER BY i, n), sum(sum(i)) OVER () FROM {NUMBERS} "
+    f"GROUP BY i, n ORDER BY i, n",
+    f"SELECT s + 1, s FROM (SELECT sum(i) AS s FROM {NUMBERS}) q",
+    f"WITH t AS (SELECT i, sum(i) AS s FROM {NUMBERS} GROUP BY i) SELECT sum(s), max(s) FROM t",
+    f"SELECT (SELECT sum(i) FROM {NUMBERS}), coalesce(sum(i), 0) FROM {NUMBERS}",
+    "SELECT sum(x) FROM (VALUES (2147483647), (2147483647), (1)) v(x)",
+    "SELECT sum(x) FROM (VALUES (1::int)) v(x) WHERE false",
+]
+NUMERIC_TEXT = [  # text rendering of numeric results, compared as Postgres prints them
 ]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]
 
@@ -84,3 +99,15 @@ def test_results_equal_postgres(
         if got != expected:
             mismatches.append(f"{sql}\n  postgres: {expected}\n  lake:     {got}")
     assert not mismatches, "\n".join(mismatches)
+
+
+def test_sum_of_int4_past_bigint_raises_like_postgres(lake: LakeDatabase) -> None:
+    # Postgres needs 4.3 billion rows for this (22003 "bigint out of range"); DuckDB folds it
+    lake_sql = "SELECT sum(x) FROM (SELECT 2147483647::int AS x FROM range(5000000000)) s"
+    session = lake.session()
+    try:
+        with pytest.raises(QueryError) as error:
+            session.execute(lake_sql).rows()
+    finally:
+        session.close()
+    assert (error.value.sqlstate, str(error.value)) == ("22003", "bigint out of range")
