@@ -113,7 +113,7 @@ class Settings:
     flush_interval: float = _setting(
         "STREAMBED_FLUSH_INTERVAL",
         "Flush at least this often, in seconds, when anything is buffered; while the stream "
-        "catches up on a backlog (commits older than this), 30 times this.",
+        "catches up on a backlog (commits more than 30 s old), 30 times this.",
         2.0,
     )
     txn_memory_bytes: int = _setting(

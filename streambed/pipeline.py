@@ -13,10 +13,12 @@ A crash between any two steps replays from the slot's confirmed LSN; changes who
 LSN is at or below a table's frontier are skipped by the buffer, so nothing is applied
 twice, and nothing is acknowledged before it is durable in Iceberg.
 
-Catching up. The interval trigger exists for freshness; while the stream is behind (the
-last commit read is older than `flush_interval`, e.g. after downtime or during a long
-merge) a flush on the interval only pays a full merge for a few changes and makes the
-backlog grow. Then the interval is stretched to `CATCH_UP_INTERVAL_FACTOR` times its
+Catching up. The interval trigger exists for freshness; while the stream is far behind
+(the last commit read is older than `CATCH_UP_LAG` seconds and than `flush_interval`, e.g.
+after downtime or a bulk load) a flush on the interval only pays a full merge for a few
+changes and makes the backlog grow. The lag must be large: a steady stream whose merges
+take a few seconds is always a few seconds behind, and stretching its interval would only
+make it staler. Then the interval is stretched to `CATCH_UP_INTERVAL_FACTOR` times its
 setting, until a commit read is recent again or the stream has nothing more to send; the
 rows and bytes triggers still bound memory. pgoutput carries no "WAL end of the server"
 (in logical replication the XLogData wal_end is the message's own LSN and a keepalive's is
@@ -58,6 +60,9 @@ HEARTBEAT_PREFIX = "streambed_heartbeat"
 
 CATCH_UP_INTERVAL_FACTOR = 30
 """While the stream is behind, the interval trigger waits this many flush intervals."""
+
+CATCH_UP_LAG = 30.0
+"""Seconds a commit must be old when read for the stream to count as behind."""
 
 
 class Stream(Protocol):
@@ -312,9 +317,9 @@ class Pipeline:
         # Origin, Type and logical messages (heartbeats) carry nothing to apply.
 
     def _commit_age(self, commit_ts: int) -> None:
-        """Behind when the commit just read is older than one flush interval."""
+        """Behind when the commit just read is older than `CATCH_UP_LAG` and the interval."""
         lag = (pg_now() - commit_ts) / 1e6
-        if lag > self.settings.flush_interval:
+        if lag > max(CATCH_UP_LAG, self.settings.flush_interval):
             if not self._behind:
                 self._behind = True
                 log(logger, "catching up", lag=f"{lag:.1f}s")

@@ -154,6 +154,7 @@ def test_copier_polls_do_not_force_flushes_while_catching_up(
     ("age_seconds", "expected_flushes"),
     [
         (0.0, 3),  # live: the interval fires every second batch (its clock starts dirty)
+        (5.0, 3),  # a few seconds behind (merges take that long): still live
         (3600.0, 1),  # behind: one flush, once the stream has nothing more to send
     ],
 )
