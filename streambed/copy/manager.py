@@ -38,7 +38,7 @@ from pyiceberg.catalog import Catalog
 
 from streambed.changes import TableKey
 from streambed.config import Settings
-from streambed.copy.catalog import TableInfo, table_info
+from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import SnapshotAnchor
@@ -69,6 +69,7 @@ class Outcome:
     name: Name
     error: StreambedError | None = None
     frontier: int | None = None
+    gone: bool = False  # the table no longer exists: unblocked and forgotten
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,9 @@ class CopyManager:
         for outcome in outcomes:
             with self._lock:
                 self._holds.pop(outcome.name, None)
+            if outcome.gone:
+                self._blocked.discard(outcome.name)
+                continue
             if outcome.error is not None:
                 continue  # stays blocked and pending; retried at the next start or resync
             self._blocked.discard(outcome.name)
@@ -302,11 +306,13 @@ class CopyManager:
             infos: list[TableInfo] = []
             for schema, name in batch.names:
                 try:
-                    info = table_info(anchor.conn, schema, name)
-                    if self.base_types is not None:  # domains are stored as their base type
-                        bases = self.base_types([c.type_oid for c in info.relation.columns])
-                        info = replace(info, relation=with_base_types(info.relation, bases))
-                    infos.append(info)
+                    infos.append(self._with_base_types(table_info(anchor.conn, schema, name)))
+                except TableGone as e:
+                    late = self._created_after_snapshot(schema, name)
+                    if late is None:
+                        self._gone((schema, name), e)
+                    else:
+                        infos.append(late)
                 except StreambedError as e:
                     self._fail((schema, name), e)
             # Spark starts only when there is something to copy (empty tables need none).
@@ -316,6 +322,43 @@ class CopyManager:
                     pool.submit(self._copy_one, spark, info, anchor)
         finally:
             anchor.close()
+
+    def _with_base_types(self, info: TableInfo) -> TableInfo:
+        if self.base_types is None:
+            return info
+        bases = self.base_types([c.type_oid for c in info.relation.columns])  # domains
+        return replace(info, relation=with_base_types(info.relation, bases))
+
+    def _created_after_snapshot(self, schema: str, name: str) -> TableInfo | None:
+        """A table the copy's snapshot does not see but the source has now was created after
+        the snapshot: every row it has came after the seam and is in the stream, so its copy
+        is empty. None when the table does not exist now either."""
+        conn = sql_connect(self.settings.source_url)
+        try:
+            info = table_info(conn, schema, name)
+        except TableGone:
+            return None
+        finally:
+            conn.close()
+        log(
+            logger,
+            "table created after the copy's snapshot: its rows come from the stream",
+            table=info.qualified,
+        )
+        return replace(self._with_base_types(info), blocks=0, estimated_rows=0)
+
+    def _gone(self, name: Name, error: StreambedError) -> None:
+        """The table was dropped: forget it, so it holds nothing back; if a table of that
+        name appears again, its Relation message makes it new."""
+        self.state.forget(*name)
+        log(
+            logger,
+            "table no longer exists in the source; forgotten",
+            logging.WARNING,
+            table=f"{name[0]}.{name[1]}",
+        )
+        with self._lock:
+            self._outcomes.append(Outcome(name, error=error, gone=True))
 
     def _copy_one(self, spark: Any, info: TableInfo, anchor: SnapshotAnchor) -> None:
         name = (info.schema, info.name)

@@ -99,3 +99,26 @@ def test_resync_of_a_ready_table_copies_it_again_while_writes_continue(
     assert writer.transactions > 10
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
     assert d.proc.stop() == 0
+
+
+def test_a_table_that_no_longer_exists_is_forgotten_and_holds_nothing_back(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO kept VALUES (1, 'a')")
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, ["public.kept"]), 240, "kept copied", d.proc)
+    _resync(d, "public.vanished")  # e.g. dropped between a failed copy and its resync
+    wait_until(
+        lambda: "no longer exists in the source; forgotten" in d.proc.logs(),
+        120,
+        "the table forgotten",
+        d.proc,
+    )
+    assert "public.vanished" not in _statuses(d)
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("INSERT INTO kept VALUES (2, 'b')")
+    wait_lake_equals_source(d.settings, d.url, ["public.kept"], d.proc)
+    assert d.proc.stop() == 0
