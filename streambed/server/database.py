@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
@@ -210,12 +211,15 @@ class QueryResult:
         return pa.Table.from_batches(batches)
 
     def rows(self) -> list[tuple[Any, ...]]:
+        """All rows as Python values (numeric sent as text: Decimal)."""
         table = self.fetch_all()
-        return (
-            list(zip(*(col.to_pylist() for col in table.columns), strict=True))
-            if (table.num_columns)
-            else []
-        )
+        values = []
+        for info, col in zip(self.columns, table.columns, strict=False):
+            items = col.to_pylist()
+            if info.type_oid == pgtypes.NUMERIC.oid and pa.types.is_string(col.type):
+                items = [None if v is None else Decimal(v) for v in items]
+            values.append(items)
+        return list(zip(*values, strict=True)) if table.num_columns else []
 
 
 # ---- error mapping -----------------------------------------------------------------------
@@ -979,16 +983,17 @@ class DbSession:
             ColumnInfo.of(name, pgtypes.pg_type_for_duckdb(str(d[1])))
             for name, d in zip(final_names, description, strict=True)
         ]
-        schema = reader.schema
-        if renames:
-            schema = pa.schema(
-                [f.with_name(final_names[i]) for i, f in enumerate(reader.schema)],
-                metadata=reader.schema.metadata,
-            )
-        return columns, self._stream(reader, schema, bool(renames))
+        # exact avg()/division items: send their text (numeric, Postgres's scale)
+        texts = [i for i, d in enumerate(description) if str(d[1]) == pgtypes.NUMERIC_TEXT_TYPE]
+        fields = [
+            pa.field(final_names[i], pa.string()) if i in texts else f.with_name(final_names[i])
+            for i, f in enumerate(reader.schema)
+        ]
+        schema = pa.schema(fields, metadata=reader.schema.metadata)
+        return columns, self._stream(reader, schema, bool(renames) or bool(texts), texts)
 
     def _stream(
-        self, reader: pa.RecordBatchReader, schema: pa.Schema, rename: bool
+        self, reader: pa.RecordBatchReader, schema: pa.Schema, rebuild: bool, texts: list[int]
     ) -> Iterator[pa.RecordBatch]:
         try:
             while True:
@@ -1003,8 +1008,11 @@ class DbSession:
                     if cancel is not None:
                         raise cancel from e
                     raise QueryError(_clean_message(str(e)), "XX000") from e
-                if rename:
-                    batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                if rebuild:
+                    arrays = list(batch.columns)
+                    for i in texts:  # flatten() keeps the struct's NULLs
+                        arrays[i] = arrays[i].flatten()[1]
+                    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
                 yield batch
         except QueryError as error:
             self._fail(error)

@@ -16,13 +16,18 @@ the unscaled integers exactly (macros doing the same in SQL cost DuckDB hundreds
 milliseconds to bind). Integer / integer stays integer division and anything involving
 floats or intervals stays as DuckDB computes it, as in Postgres.
 
-The exact result is DECIMAL(38, 20): every value equals Postgres's, rounded half away from
-zero at Postgres's scale; the text shows the column's 20 decimals (Postgres: 16 for
-1.5000000000000000) unless round(..., n) fixes the scale. Quotients below 0.0001 (where
-Postgres keeps more than 20 decimals) are rounded at 20; quotients of 10^18 or more fail
-(numeric field overflow). avg() or division inside a larger expression (`avg(x) * 100`,
+A bare item is `sb_avg_text` / `sb_div_text`: Postgres's text at Postgres's scale, which
+varies by value (1.3333333333333333, 2.5000000000000000, 0.000000033333333333333333), in a
+struct with a double that ORDER BY sorts by; the server sends the text as numeric without
+typmod, like Postgres. Inside round(..., n) the item is DECIMAL(38, 20) (quotients below
+0.0001 rounded at 20 decimals first; 10^18 or more fail with numeric field overflow), so
+round fixes the scale. avg() or division inside a larger expression (`avg(x) * 100`,
 `a / b > 1`, a subquery) and per-row computations (`amount / 3`, `avg(x) OVER (...)`: the
 exact function costs microseconds per row) stay double precision.
+
+`sum(x)` anywhere becomes `sb_sum_result(x, sum(x))`, a macro whose typed overloads make the
+sum of int2/int4 bigint (Postgres's type; past 2^63 the cast raises) and leave the others as
+DuckDB sums them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,12 @@ SUM_MACRO_SQL = (
 SCALE = 20  # decimals of an exact result: Postgres's largest for quotients of 0.0001 and more
 _LIMIT = 10**38  # DECIMAL(38, SCALE) holds unscaled values below this
 RESULT_TYPE = f"DECIMAL(38,{SCALE})"
+_MAX_DISPLAY_SCALE = 1000  # Postgres's NUMERIC_MAX_DISPLAY_SCALE
+# A bare avg()/division item: Postgres's text (its scale varies by value) and a double that
+# ORDER BY sorts by. The server sends the text as numeric with typmod -1.
+TEXT_FIELD = "sb_numeric_text"
+ORDER_FIELD = "sb_numeric_order"
+TEXT_RESULT_TYPE = f"STRUCT({ORDER_FIELD} DOUBLE, {TEXT_FIELD} VARCHAR)"
 
 
 def _parse(text: str) -> tuple[int, int]:
@@ -68,22 +79,44 @@ def _weight_and_first_digit(magnitude: int, scale: int) -> tuple[int, int]:
     return weight, first
 
 
-def divide(ux: int, kx: int, uy: int, ky: int) -> int:
+def quotient(ux: int, kx: int, uy: int, ky: int) -> tuple[int, int]:
     """x / y for x = ux * 10^-kx and y = uy * 10^-ky as Postgres's numeric division answers
-    it (select_div_scale: 16 significant digits, at least both scales; rounded half away
-    from zero), returned unscaled at SCALE decimals."""
+    it: (unscaled, scale) at the scale select_div_scale picks (16 significant digits, at
+    least both scales, at most 1000), rounded half away from zero."""
     if uy == 0:
         raise ValueError("division by zero")
     w1, f1 = _weight_and_first_digit(abs(ux), kx)
     w2, f2 = _weight_and_first_digit(abs(uy), ky)
     qweight = w1 - w2 - (1 if f1 <= f2 else 0)
-    rscale = min(max(16 - 4 * qweight, kx, ky, 0), SCALE)
-    quotient, remainder = divmod(abs(ux) * 10 ** (ky + rscale - kx), abs(uy))
+    rscale = min(max(16 - 4 * qweight, kx, ky, 0), _MAX_DISPLAY_SCALE)
+    value, remainder = divmod(abs(ux) * 10 ** (ky + rscale - kx), abs(uy))
     if 2 * remainder >= abs(uy):
-        quotient += 1
-    if (ux < 0) != (uy < 0):
-        quotient = -quotient
-    return int(quotient * 10 ** (SCALE - rscale))
+        value += 1
+    return (-value if (ux < 0) != (uy < 0) else value), rscale
+
+
+def divide(ux: int, kx: int, uy: int, ky: int) -> int:
+    """`quotient` at SCALE decimals (padded, or rounded half away from zero), unscaled."""
+    return _rescale(*quotient(ux, kx, uy, ky))
+
+
+def _rescale(value: int, scale: int) -> int:
+    if scale <= SCALE:
+        return int(value * 10 ** (SCALE - scale))
+    unit = int(10 ** (scale - SCALE))
+    kept, dropped = divmod(abs(value), unit)
+    if 2 * dropped >= unit:
+        kept += 1
+    return -kept if value < 0 else kept
+
+
+def text(unscaled: int, scale: int) -> str:
+    """Postgres's text form of unscaled * 10^-scale: plain notation, `scale` decimals."""
+    digits = str(abs(unscaled)).rjust(scale + 1, "0")
+    sign = "-" if unscaled < 0 else ""
+    if scale == 0:
+        return sign + digits
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
 
 
 def _decimal_array(values: list[int | None]) -> pa.Array:
@@ -101,22 +134,47 @@ def _decimal_array(values: list[int | None]) -> pa.Array:
     )
 
 
+def _text_array(values: list[tuple[int, int] | None]) -> pa.Array:
+    texts = [None if v is None else text(*v) for v in values]
+    order = pa.array([None if t is None else float(t) for t in texts], pa.float64())
+    mask = pa.array([t is None for t in texts], pa.bool_())
+    return pa.StructArray.from_arrays(
+        [order, pa.array(texts, pa.string())], names=[ORDER_FIELD, TEXT_FIELD], mask=mask
+    )
+
+
+def _avg_quotients(total: pa.Array, count: pa.Array) -> list[tuple[int, int] | None]:
+    out: list[tuple[int, int] | None] = []
+    for value, n in zip(total.to_pylist(), count.to_pylist(), strict=True):
+        out.append(None if value is None or not n else quotient(*_parse(value), n, 0))
+    return out
+
+
+def _div_quotients(left: pa.Array, right: pa.Array) -> list[tuple[int, int] | None]:
+    out: list[tuple[int, int] | None] = []
+    for x, y in zip(left.to_pylist(), right.to_pylist(), strict=True):
+        out.append(None if x is None or y is None else quotient(*_parse(x), *_parse(y)))
+    return out
+
+
+def _at_scale(quotients: list[tuple[int, int] | None]) -> list[int | None]:
+    return [None if q is None else _rescale(*q) for q in quotients]
+
+
 def _avg_udf(total: pa.Array, count: pa.Array) -> pa.Array:
-    out: list[int | None] = []
-    for text, n in zip(total.to_pylist(), count.to_pylist(), strict=True):
-        if text is None or not n:
-            out.append(None)
-            continue
-        unscaled, scale = _parse(text)
-        out.append(divide(unscaled, scale, n, 0))
-    return _decimal_array(out)
+    return _decimal_array(_at_scale(_avg_quotients(total, count)))
 
 
 def _div_udf(left: pa.Array, right: pa.Array) -> pa.Array:
-    out: list[int | None] = []
-    for x, y in zip(left.to_pylist(), right.to_pylist(), strict=True):
-        out.append(None if x is None or y is None else divide(*_parse(x), *_parse(y)))
-    return _decimal_array(out)
+    return _decimal_array(_at_scale(_div_quotients(left, right)))
+
+
+def _avg_text_udf(total: pa.Array, count: pa.Array) -> pa.Array:
+    return _text_array(_avg_quotients(total, count))
+
+
+def _div_text_udf(left: pa.Array, right: pa.Array) -> pa.Array:
+    return _text_array(_div_quotients(left, right))
 
 
 def install(conn: duckdb.DuckDBPyConnection) -> None:
@@ -124,12 +182,12 @@ def install(conn: duckdb.DuckDBPyConnection) -> None:
     cursor)."""
     conn.execute(SUM_MACRO_SQL)
     result = duckdb.decimal_type(38, SCALE)
-    conn.create_function(
-        "sb_avg_exact", _avg_udf, ["VARCHAR", "BIGINT"], result, type=duckdb.func.ARROW
-    )
-    conn.create_function(
-        "sb_div_exact", _div_udf, ["VARCHAR", "VARCHAR"], result, type=duckdb.func.ARROW
-    )
+    as_text = duckdb.sqltype(TEXT_RESULT_TYPE)
+    arrow = duckdb.func.ARROW
+    conn.create_function("sb_avg_exact", _avg_udf, ["VARCHAR", "BIGINT"], result, type=arrow)
+    conn.create_function("sb_div_exact", _div_udf, ["VARCHAR", "VARCHAR"], result, type=arrow)
+    conn.create_function("sb_avg_text", _avg_text_udf, ["VARCHAR", "BIGINT"], as_text, type=arrow)
+    conn.create_function("sb_div_text", _div_text_udf, ["VARCHAR", "VARCHAR"], as_text, type=arrow)
 
 
 # ---- the rewrite ----------------------------------------------------------------------------
@@ -276,19 +334,21 @@ def _aggregate(call: ast.FuncCall, name: str, arg: ast.Node) -> ast.FuncCall:
 
 def exact(stmt: ast.SelectStmt, left: list[str], right: list[str]) -> bool:
     """Replace each found item whose operands are exact (`left`/`right`: the DuckDB types
-    the probes bound at each position) by its exact numeric form. True if any changed."""
+    the probes bound at each position) by its exact numeric form: Postgres's text for a
+    bare item, DECIMAL(38, SCALE) inside round(). True if any changed."""
     changed = False
     for i, core in targets(stmt).items():
         target = (stmt.targetList or ())[i]
         assert isinstance(target, ast.ResTarget)
         if i >= len(left) or i >= len(right):
             return False
+        form = "text" if target.val is core else "exact"
         if isinstance(core, ast.FuncCall):  # avg(x); left[i] is sum(x)'s type
             if exact_scale(left[i]) is None:
                 continue
             (arg,) = core.args or ()
             total = _cast(_aggregate(core, "sum", arg), "varchar")
-            _set_core(target, _call("sb_avg_exact", total, _aggregate(core, "count", arg)))
+            _set_core(target, _call(f"sb_avg_{form}", total, _aggregate(core, "count", arg)))
             changed = True
         elif isinstance(core, ast.A_Expr):  # x / y: numeric if both exact and one numeric
             exact_operands = exact_scale(left[i]) is not None and exact_scale(right[i]) is not None
@@ -296,7 +356,7 @@ def exact(stmt: ast.SelectStmt, left: list[str], right: list[str]) -> bool:
                 continue
             assert isinstance(core.lexpr, ast.Node) and isinstance(core.rexpr, ast.Node)
             x, y = _cast(core.lexpr, "varchar"), _cast(core.rexpr, "varchar")
-            _set_core(target, _call("sb_div_exact", x, y))
+            _set_core(target, _call(f"sb_div_{form}", x, y))
             changed = True
     return changed
 

@@ -178,6 +178,9 @@ _SIMPLE = {
     "JSON": JSON,
 }
 
+# streambed.server.numeric.TEXT_RESULT_TYPE as DuckDB describes it
+NUMERIC_TEXT_TYPE = "STRUCT(sb_numeric_order DOUBLE, sb_numeric_text VARCHAR)"
+
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 
 
@@ -194,6 +197,8 @@ def pg_type_for_duckdb(type_name: str) -> PgType:
     simple = _SIMPLE.get(upper)
     if simple is not None:
         return simple
+    if text == NUMERIC_TEXT_TYPE:  # an exact avg()/division: Postgres's text, its own scale
+        return NUMERIC
     match = _DECIMAL.match(upper)
     if match:
         return NUMERIC.with_typmod(numeric_typmod(int(match.group(1)), int(match.group(2))))

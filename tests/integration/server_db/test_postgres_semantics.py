@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.types.string import TextLoader
 
 from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError, Watermark
+from streambed.server.pgtypes import encode_text_column
 from tests.fixtures.postgres import ThrowawayPostgres
 
 pytestmark = pytest.mark.integration
@@ -53,7 +55,16 @@ QUERIES = [
     "SELECT sum(x) FROM (VALUES (2147483647), (2147483647), (1)) v(x)",
     "SELECT sum(x) FROM (VALUES (1::int)) v(x) WHERE false",
 ]
-NUMERIC_TEXT = [  # text rendering of numeric results, compared as Postgres prints them
+NUMERIC_TEXT = [  # numeric results as Postgres prints them (the scale varies by value)
+    "SELECT avg(x), avg(x::numeric(10,2)), avg(DISTINCT x) FROM (VALUES (1), (1), (2)) v(x)",
+    f"SELECT i, avg(i), avg(n), sum(n) / count(*), sum(i) / sum(n) FROM {NUMBERS} "
+    f"GROUP BY i ORDER BY i",
+    f"SELECT avg(n) AS a FROM {NUMBERS} GROUP BY i ORDER BY a DESC",
+    "SELECT 1 / 30000000.0, 123456789012345678901234.5 / 3, -7.5 / 2, 1 / 7.000000, 0.0 / 3",
+    "SELECT -2 / 3000000.0, sum(x) / 3000000.0 FROM (VALUES (-2)) v(x)",
+    "SELECT avg(x) FROM (VALUES (123456789012345678), (123456789012345679)) v(x)",
+    "SELECT avg(x), round(avg(x), 3) FROM (VALUES (0.00001), (0.00002)) v(x)",
+    "SELECT avg(x) FROM (VALUES (1)) v(x) WHERE false",
 ]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]
 
@@ -69,6 +80,34 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeDatabase]:
     db = LakeDatabase(DatabaseSettings(warehouse=str(warehouse)), _NoTables())
     yield db
     db.close()
+
+
+def _postgres_text(pg: ThrowawayPostgres, sql: str) -> list[tuple[str | None, ...]]:
+    with pg.connect() as conn:
+        conn.adapters.register_loader("numeric", TextLoader)
+        rows = conn.execute(sql).fetchall()
+        return [tuple(None if v is None else str(v) for v in row) for row in rows]
+
+
+def _lake_text(db: LakeDatabase, sql: str) -> list[tuple[str | None, ...]]:
+    session = db.session()
+    try:
+        result = session.execute(sql)
+        table = result.fetch_all()
+        columns = [
+            [None if v is None else v.decode() for v in encode_text_column(array, c.pg_type)]
+            for array, c in zip(table.columns, result.columns, strict=True)
+        ]
+        return list(zip(*columns, strict=True))
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("sql", NUMERIC_TEXT)
+def test_numeric_text_equals_postgres(
+    pg_server: ThrowawayPostgres, lake: LakeDatabase, sql: str
+) -> None:
+    assert _lake_text(lake, sql) == _postgres_text(pg_server, sql)
 
 
 def _postgres(pg: ThrowawayPostgres, sql: str, zone: str) -> tuple[list[int], list[Any]]:

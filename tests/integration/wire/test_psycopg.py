@@ -151,6 +151,30 @@ def test_binary_results_match_text_results(server: QueryServer) -> None:
     assert binary_extra == text_extra
 
 
+@pytest.mark.parametrize("binary", [False, True])
+def test_exact_avg_and_sum_types_as_postgres_sends_them(server: QueryServer, binary: bool) -> None:
+    query = (
+        "SELECT avg(x), sum(x), count(x), 1 / 30000000.0, sum(x) / 2.0 "
+        "FROM (VALUES (1), (1), (2)) v(x)"
+    )
+    with (
+        psycopg.connect(conninfo(server), autocommit=True) as c,
+        c.cursor(binary=binary) as cur,
+    ):
+        row = cur.execute(query).fetchone()
+        description = cur.description
+    assert description is not None
+    # Postgres: numeric without typmod, bigint, bigint, numeric, numeric
+    assert [(d.type_code, d.precision, d.scale) for d in description] == [
+        (1700, None, None), (20, None, None), (20, None, None), (1700, None, None),
+        (1700, None, None),
+    ]  # fmt: skip
+    assert row is not None
+    assert [str(v) for v in row] == [
+        "1.3333333333333333", "4", "3", "3.3333333333333333E-8", "2.0000000000000000",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("sql", "error", "sqlstate"),
     [

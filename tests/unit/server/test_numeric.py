@@ -39,6 +39,19 @@ def _divide(x: str, y: str) -> Decimal:
 )
 def test_division_equals_postgres(x: str, y: str, postgres: str) -> None:
     assert _divide(x, y) == Decimal(postgres)
+    assert numeric.text(*numeric.quotient(*numeric._parse(x), *numeric._parse(y))) == postgres
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "postgres"),
+    [
+        ("1", "30000000.0", "0.000000033333333333333333"),  # more than 20 decimals
+        ("-2", "3000000", "-0.000000666666666666666667"),
+        ("123456789012345678901234.5", "3", "41152263004115226300411.5"),  # past 10^18
+    ],
+)
+def test_text_keeps_postgres_scale_beyond_the_decimal_form(x: str, y: str, postgres: str) -> None:
+    assert numeric.text(*numeric.quotient(*numeric._parse(x), *numeric._parse(y))) == postgres
 
 
 def test_division_by_zero() -> None:
