@@ -174,10 +174,17 @@ def test_sigkill_during_copy_then_restart_redoes_only_unfinished_tables(
         # Files of the interrupted copies exist but are not part of any table yet.
         leftovers = list(Path(d.settings.data_dir).rglob("copy-*/*.parquet"))
         assert leftovers
+        ready_before = [t for t, status in statuses.items() if status == "ready"]
+        first_run_log = len(d.proc.logs())
         d.proc.start()
         wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
     finally:
         writer.stop()
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
-    assert "interrupted copy removed" in d.proc.logs()
+    second_run = d.proc.logs()[first_run_log:]
+    assert "interrupted copy removed" in second_run
+    started = [line for line in second_run.splitlines() if "copy started" in line]
+    assert started  # at least the table the kill interrupted
+    for table in ready_before:  # only the unfinished tables are copied again
+        assert not any(table in line for line in started), (table, started)
     assert d.proc.stop() == 0
