@@ -42,6 +42,7 @@ class SqlCursor:
     batches: Iterator[pa.RecordBatch]
     hold: bool
     in_transaction: bool  # declared inside a transaction block (closed by its ROLLBACK)
+    savepoint_level: int = 0  # savepoints open at DECLARE (ROLLBACK TO an earlier one closes it)
     connection: Any = None  # the DuckDB connection streaming the rows (cancel interrupts it)
     on_close: Callable[[], None] | None = None
     position: int = 0  # rows consumed so far (Postgres's portal position)

@@ -659,6 +659,7 @@ class DbSession:
         self._applied: tuple[str, str] | None = None  # (search_path, TimeZone) on _cursor
         self._active = cursor  # the DuckDB connection running the current statement
         self._cursors: dict[str, cursors.SqlCursor] = {}
+        self._savepoints: list[str] = []  # of the open transaction block, oldest first
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -712,7 +713,9 @@ class DbSession:
 
     def _fail(self, error: QueryError) -> None:
         if self._status == "T":
-            self._close_cursors(lambda c: c.in_transaction)
+            # the failed (sub)transaction's cursors; those of enclosing savepoints stay
+            level = len(self._savepoints)
+            self._close_cursors(lambda c: c.in_transaction and c.savepoint_level >= level)
             self._status = "E"
             with contextlib.suppress(duckdb.Error):
                 self._cursor.execute("ROLLBACK")
@@ -1060,13 +1063,38 @@ class DbSession:
                     self._cursor.execute("ROLLBACK")
             failed = self._status == "E"
             self._status = "I"
+            self._savepoints.clear()
             return QueryResult([], None, "ROLLBACK" if failed else tag)
-        if kind == K.TRANS_STMT_ROLLBACK_TO:
+        if kind in (K.TRANS_STMT_ROLLBACK_TO, K.TRANS_STMT_RELEASE):
+            if self._status == "I":
+                what = "RELEASE" if kind == K.TRANS_STMT_RELEASE else "ROLLBACK TO"
+                raise QueryError(
+                    f"{what} SAVEPOINT can only be used in transaction blocks", "25P01"
+                )
+            if self._status == "E" and kind == K.TRANS_STMT_RELEASE:
+                raise QueryError(
+                    "current transaction is aborted, commands ignored until end of "
+                    "transaction block",
+                    "25P02",
+                )
+            name = stmt.savepoint_name or ""
+            if name not in self._savepoints:
+                raise QueryError(f'savepoint "{name}" does not exist', "3B001")
+            level = len(self._savepoints) - self._savepoints[::-1].index(name) - 1
+            if kind == K.TRANS_STMT_RELEASE:
+                # its cursors now belong to the enclosing (sub)transaction
+                del self._savepoints[level:]
+                for cursor in self._cursors.values():
+                    cursor.savepoint_level = min(cursor.savepoint_level, level)
+                return QueryResult([], None, tag)
+            # ROLLBACK TO: the savepoint stays; cursors declared after it close
+            del self._savepoints[level + 1 :]
+            self._close_cursors(lambda c: c.in_transaction and c.savepoint_level > level)
             if self._status == "E":
                 self._cursor.execute("BEGIN TRANSACTION")
                 self._status = "T"
             return QueryResult([], None, "ROLLBACK")
-        if kind in (K.TRANS_STMT_SAVEPOINT, K.TRANS_STMT_RELEASE):
+        if kind == K.TRANS_STMT_SAVEPOINT:
             if self._status == "E":
                 raise QueryError(
                     "current transaction is aborted, commands ignored until end of "
@@ -1075,6 +1103,7 @@ class DbSession:
                 )
             if self._status == "I":
                 raise QueryError(f"{tag} can only be used in transaction blocks", "25P01")
+            self._savepoints.append(stmt.savepoint_name or "")
             return QueryResult([], None, tag)
         raise QueryError("two-phase commit is not supported on a read-only replica", "0A000")
 
@@ -1128,6 +1157,7 @@ class DbSession:
             batches,
             hold,
             in_transaction=self._status == "T",
+            savepoint_level=len(self._savepoints),
             connection=conn,
             on_close=conn.close,
         )

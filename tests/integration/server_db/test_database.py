@@ -359,6 +359,39 @@ def test_cursor_with_hold_outlives_its_transaction(db: LakeDatabase) -> None:
     assert info.value.sqlstate in ("25006", "42601")
 
 
+def test_rollback_to_savepoint_closes_the_cursors_declared_after_it(db: LakeDatabase) -> None:
+    s = db.session()
+    _run(s, "BEGIN")
+    _run(s, "DECLARE before CURSOR FOR SELECT 1")
+    assert _run(s, "SAVEPOINT a") == ("SAVEPOINT", [])
+    _run(s, "DECLARE in_a CURSOR WITH HOLD FOR SELECT 2")
+    _run(s, "SAVEPOINT b")
+    _run(s, "DECLARE in_b CURSOR FOR SELECT 3")
+    assert _run(s, "RELEASE SAVEPOINT b") == ("RELEASE", [])  # in_b now belongs to a
+    _run(s, "SAVEPOINT c")
+    _run(s, "DECLARE in_c CURSOR FOR SELECT 4")
+    with pytest.raises(QueryError) as info:
+        s.execute("SELECT 1/0")
+    assert info.value.sqlstate == "22012"
+    assert _run(s, "ROLLBACK TO SAVEPOINT c") == ("ROLLBACK", [])  # the block is usable again
+    assert s.cursor_columns("in_c") is None
+    assert _run(s, "FETCH in_b") == ("FETCH 1", [(3,)])
+    assert _run(s, "ROLLBACK TO a") == ("ROLLBACK", [])  # WITH HOLD too, as in Postgres
+    assert [s.cursor_columns(n) is None for n in ("before", "in_a", "in_b")] == [
+        False, True, True,
+    ]  # fmt: skip
+    for sql in ("ROLLBACK TO c", "RELEASE b"):  # gone; the error aborts the block
+        with pytest.raises(QueryError) as info:
+            s.execute(sql)
+        assert info.value.sqlstate == "3B001"
+        assert _run(s, "ROLLBACK TO a") == ("ROLLBACK", [])
+    assert _run(s, "FETCH before") == ("FETCH 1", [(1,)])
+    _run(s, "ROLLBACK")
+    with pytest.raises(QueryError) as info:
+        s.execute("ROLLBACK TO a")  # outside a block
+    assert info.value.sqlstate == "25P01"
+
+
 def test_session_timezone_drives_timestamptz_arithmetic(db: LakeDatabase) -> None:
     # What Postgres 15 answers in Europe/Berlin: 23:30 UTC on 1 May is 01:30 on 2 May there
     s = db.session()
