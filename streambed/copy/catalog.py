@@ -24,6 +24,7 @@ class TableInfo:
     key: TableKey
     blocks: int  # heap blocks now (at least pg_class.relpages)
     estimated_rows: int  # pg_class.reltuples; 0 when never analyzed
+    attnums: tuple[tuple[str, int], ...] = ()  # (column name, pg attnum) at the snapshot
 
     @property
     def schema(self) -> str:
@@ -78,7 +79,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
     identity = set(keys.identity_columns)
     columns = conn.execute(
         """
-        SELECT attname, atttypid, atttypmod FROM pg_attribute
+        SELECT attname, atttypid, atttypmod, attnum FROM pg_attribute
         WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = ''
         ORDER BY attnum
         """,
@@ -97,7 +98,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
                 int(typid),
                 int(typmod),
             )
-            for attname, typid, typmod in columns
+            for attname, typid, typmod, _ in columns
         ),
     )
     return TableInfo(
@@ -105,6 +106,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         key=_key(relation, keys),
         blocks=max(int(relpages), int(blocks)),
         estimated_rows=max(0, int(reltuples)),
+        attnums=tuple((str(attname), int(attnum)) for attname, _, _, attnum in columns),
     )
 
 

@@ -28,6 +28,7 @@ from streambed.copy.ranges import block_ranges
 from streambed.errors import Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import truncate_commit
+from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import current_data_files
 from streambed.lake.tables import arrow_schema, ensure_table
 from streambed.merge.pyarrow_source import encode_schema, filesystem
@@ -59,10 +60,19 @@ def lake_table(catalog: Catalog, info: TableInfo) -> Table:
     """The lake table to copy into: the existing one when its schema still matches the
     source, else a new one (a resync after a schema change replaces it)."""
     try:
-        return ensure_table(catalog, info.relation, info.key)
+        table = ensure_table(catalog, info.relation, info.key)
     except SchemaError:
         catalog.drop_table((info.schema, info.name))
-        return ensure_table(catalog, info.relation, info.key)
+        table = ensure_table(catalog, info.relation, info.key)
+    # The columns' attnums as of the copy's snapshot, i.e. the seam: a rename that follows in
+    # the stream is then known to be one even if the live catalog has moved on by the time
+    # the stream's first Relation message for the table is applied.
+    attnums = json.dumps(dict(info.attnums))
+    if info.attnums and table.properties.get(PROP_ATTNUMS) != attnums:
+        with table.transaction() as tx:
+            tx.set_properties({PROP_ATTNUMS: attnums})
+        table = table.refresh()
+    return table
 
 
 def copy_table(

@@ -3,6 +3,7 @@ table commits once at the frontier, and a worker's failure names the table."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +20,7 @@ from streambed.copy.snapshot import SnapshotAnchor
 from streambed.errors import SourceError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import frontier
+from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.s3 import ThrowawayS3
@@ -84,6 +86,9 @@ def test_tasks_write_parquet_and_the_table_commits_once(
     table.refresh()
     assert frontier(table) == anchor.frontier
     assert len(table.history()) == 1  # one commit
+    # The columns' source attnums at the snapshot, so a rename in the stream stays a rename.
+    attnums = json.loads(table.properties[PROP_ATTNUMS])
+    assert attnums == {c.name: i + 1 for i, c in enumerate(info.relation.columns)}
     files = [t.file for t in table.scan().plan_files()]
     prefix = output_dir(table, run_id) + "/"
     assert len(files) == result.files and all(f.file_path.startswith(prefix) for f in files)
