@@ -60,15 +60,24 @@ OnIncompatible = Literal["stop", "rewrite"]
 class ResyncNeeded(SchemaError):
     """The lake table cannot follow the source by itself: its rows must be copied again."""
 
-    def __init__(self, table: tuple[str, str], columns: tuple[tuple[str, str], ...]) -> None:
+    def __init__(
+        self,
+        table: tuple[str, str],
+        columns: tuple[tuple[str, str], ...],
+        reason: str | None = None,
+    ) -> None:
         self.table = table
         self.columns = columns
         qualified = ".".join(table)
-        added = ", ".join(f"{name} (DEFAULT {default})" for name, default in columns)
+        if reason is None:
+            added = ", ".join(f"{name} (DEFAULT {default})" for name, default in columns)
+            reason = (
+                f"column {added} was added with a default that is not a constant, so Postgres "
+                "rewrote the table and the values existing rows got never appear in the "
+                "replication stream"
+            )
         super().__init__(
-            f"{qualified}: column {added} was added with a default that is not a constant, "
-            "so Postgres rewrote the table and the values existing rows got never appear in "
-            "the replication stream. Nothing was written to the lake table. Fix: run "
+            f"{qualified}: {reason}. Nothing was written to the lake table. Fix: run "
             f"`streambed resync {qualified}` (a running `streambed run` copies it again)"
         )
 
@@ -85,6 +94,9 @@ class SchemaPlan:
     retypes: tuple[tuple[str, IcebergType, IcebergType], ...] = ()  # (name, lake, source)
     # added columns whose values in existing rows the WAL never carried: (name, default)
     unknown: tuple[tuple[str, str], ...] = ()
+    # lake columns gone without a recorded attnum while others appeared: a rename cannot be
+    # told from a drop and an add (the live catalog had moved on when they were recorded)
+    ambiguous: tuple[str, ...] = ()
     key: tuple[str, ...] | None = None  # the new key, when it changed
     attnums: dict[str, int] = field(default_factory=dict)
 
@@ -148,6 +160,7 @@ def plan_schema_change(
             gone.remove(old)
             added.remove(name)
             lake[name] = lake.pop(old)
+    ambiguous = tuple(g for g in gone if g not in attnums) if source and added else ()
     adds = []
     unknown = []
     for name in added:
@@ -179,6 +192,7 @@ def plan_schema_change(
         widens=tuple(widen),
         retypes=tuple(retypes),
         unknown=tuple(unknown),
+        ambiguous=ambiguous,
         key=None if key_names == renamed_key else key_names,
         attnums={n: recorded[n] for n in wanted if n in recorded},
     )
@@ -210,6 +224,15 @@ def evolve_table(
     live = current_data_files(table)
     if plan.unknown and live:
         raise ResyncNeeded((relation.namespace, relation.name), plan.unknown)
+    if plan.ambiguous and live:
+        added = [n for n, _, _ in plan.adds]
+        raise ResyncNeeded(
+            (relation.namespace, relation.name),
+            (),
+            f"column {', '.join(plan.ambiguous)} disappeared while {', '.join(added)} "
+            "appeared, and the source catalog had moved on before their positions were "
+            "recorded, so a rename cannot be told from a drop and an add",
+        )
     logger.info("schema change table=%s changes=%s", name, plan.describe())
     old_schema = table.schema()
     retyped_ids = {n: old_schema.find_field(n).field_id for n, _, _ in plan.retypes}

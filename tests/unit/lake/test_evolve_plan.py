@@ -126,3 +126,29 @@ def test_resync_needed_names_the_table_the_column_and_the_fix() -> None:
     assert error.kind is Kind.UNSUPPORTED_SCHEMA  # exit 3: an operator must act
     assert "public.t: column r (DEFAULT random())" in str(error)
     assert "`streambed resync public.t`" in str(error)
+
+
+def test_a_gone_column_without_a_recorded_attnum_beside_a_new_one_is_ambiguous() -> None:
+    # "name" was renamed to "label", but the live catalog had moved on (or the table had no
+    # attnums recorded) when "name" was recorded: drop + add would lose its values.
+    rel = relation(("id", t.INT4, -1), ("label", t.TEXT, -1), BASE[2])
+    live = source(id=1, label=2, amount=3)
+    plan = plan_schema_change(LAKE, {"id": 1, "amount": 3}, ("id",), rel, TableKey((0,)), live)
+    assert plan.renames == () and plan.ambiguous == ("name",)
+    # With the attnum recorded it is a rename, and a plain drop + add is not ambiguous.
+    plan = plan_schema_change(LAKE, ATTNUMS, ("id",), rel, TableKey((0,)), live)
+    assert plan.renames == (("name", "label"),) and plan.ambiguous == ()
+    dropped = relation(("id", t.INT4, -1), BASE[2], ("label", t.TEXT, -1))
+    plan = plan_schema_change(
+        LAKE, ATTNUMS, ("id",), dropped, TableKey((0,)), source(id=1, amount=3, label=4)
+    )
+    assert plan.drops == ("name",) and plan.ambiguous == ()
+    # Without a source catalog nothing can be known, and nothing is claimed.
+    plan = plan_schema_change(LAKE, {}, ("id",), rel, TableKey((0,)), None)
+    assert plan.ambiguous == ()
+
+
+def test_resync_needed_for_an_ambiguous_rename_says_why() -> None:
+    error = ResyncNeeded(("public", "t"), (), "column name disappeared while label appeared")
+    assert str(error).startswith("public.t: column name disappeared while label appeared.")
+    assert "`streambed resync public.t`" in str(error)
