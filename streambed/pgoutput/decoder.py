@@ -340,19 +340,10 @@ def _insert(data: bytes, in_stream: bool) -> Insert:
         return _insert_slow(data, in_stream)
     if marker != _NEW or count < 0:
         return _insert_slow(data, in_stream)
-    size = len(data)
-    padded = data + _PAD
-    reader = _fast_readers.get(count) or _fast_reader(count)
-    read = reader(padded, pos, size) if reader is not None else None
-    if read is None:
-        read = _read_values(padded, pos, size, count, "Insert")
-    new, pos = read
-    if pos != size:
-        _check_end(data, pos, "Insert")
     message = _new_object(Insert)
     attrs = message.__dict__
     attrs["relation_id"] = relation_id
-    attrs["new"] = new
+    attrs["new"] = _new_tuple(data, pos, count)
     attrs["xid"] = xid
     return message
 
@@ -362,21 +353,25 @@ def _insert_row(data: bytes) -> tuple[int, TupleData]:
     try:
         relation_id, marker, count = _INSERT_HEAD.unpack_from(data, 1)
     except struct.error:
-        message = _insert_slow(data, False)
-        return message.relation_id, message.new
+        marker = count = -1
     if marker != _NEW or count < 0:
         message = _insert_slow(data, False)
         return message.relation_id, message.new
+    return relation_id, _new_tuple(data, 8, count)
+
+
+def _new_tuple(data: bytes, pos: int, count: int) -> TupleData:
+    """An Insert's new tuple of `count` values from `pos` to the end of `data`."""
     size = len(data)
     padded = data + _PAD
     reader = _fast_readers.get(count) or _fast_reader(count)
-    read = reader(padded, 8, size) if reader is not None else None
+    read = reader(padded, pos, size) if reader is not None else None
     if read is None:
-        read = _read_values(padded, 8, size, count, "Insert")
+        read = _read_values(padded, pos, size, count, "Insert")
     new, pos = read
     if pos != size:
         _check_end(data, pos, "Insert")
-    return relation_id, new
+    return new
 
 
 def _insert_slow(data: bytes, in_stream: bool) -> Insert:
