@@ -8,7 +8,7 @@ REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT`), and streams `COPY (SELEC
 parsed by Arrow's CSV reader, and each column converted by
 `streambed.lake.convert` (the code that converts pgoutput values), so copied and streamed
 rows are identical. The same task writes the rows as Parquet with pyarrow
-(`streambed.copy.output`: Iceberg field ids, large row groups) to `output_dir`, a local path
+(`streambed.lake.output`: Iceberg field ids, large row groups) to `output_dir`, a local path
 or an `s3://` URI (pyarrow's filesystems, as `streambed.merge.pyarrow_source`). One chunk
 and one row group are in memory at a time.
 
@@ -34,14 +34,14 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from streambed.copy.client import CopyClientError, RowTooLarge, find_psql, stream_copy
-from streambed.copy.output import (
+from streambed.copy.ranges import BlockRange, copy_statement
+from streambed.lake.convert import convert_column
+from streambed.lake.output import (
     MAX_ROWS_PER_FILE,
     ROW_GROUP_BYTES,
     ROW_GROUP_ROWS,
     TaskOutput,
 )
-from streambed.copy.ranges import BlockRange, copy_statement
-from streambed.lake.convert import convert_column
 from streambed.lake.types import column_type
 from streambed.merge.pyarrow_source import conform, decode_schema, filesystem
 from streambed.pgoutput.messages import RelationColumn

@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from streambed.config import Settings
+from streambed.lake.output import TaskOutput
 
 NAME = "streambed_parquet"
 MANIFEST_DIR = "_streambed"
@@ -236,39 +237,24 @@ class _Writer(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
         fs, base = filesystem(self.output_dir, self.options)
-        task = uuid.uuid4().hex[:12]
-        _make_dir(fs, base)
-        written: list[str] = []
-        writer: pq.ParquetWriter | None = None
-        rows_in_file = 0
+        output = TaskOutput(
+            fs,
+            base,
+            self.output_dir,
+            f"{self.run_id}-{uuid.uuid4().hex[:12]}",
+            self.arrow_schema,
+            row_group_rows=1,  # each Spark batch is one row group
+            max_rows_per_file=self.max_rows,
+        )
         try:
             for batch in iterator:
-                table = conform(
-                    pa.Table.from_batches([batch]), self.arrow_schema, by_field_id=False
-                )
-                start = 0
-                while start < table.num_rows:
-                    if writer is None:
-                        name = f"{self.run_id}-{task}-{len(written):05d}.parquet"
-                        written.append(join_uri(self.output_dir, name))
-                        writer = pq.ParquetWriter(
-                            join_uri(base, name),
-                            self.arrow_schema,
-                            filesystem=fs,
-                            compression="zstd",
-                        )
-                        rows_in_file = 0
-                    take = min(self.max_rows - rows_in_file, table.num_rows - start)
-                    writer.write_table(table.slice(start, take))
-                    start += take
-                    rows_in_file += take
-                    if rows_in_file >= self.max_rows:
-                        writer.close()
-                        writer = None
-        finally:
-            if writer is not None:
-                writer.close()
-        return WrittenFiles(tuple(written))
+                table = pa.Table.from_batches([batch])
+                output.write(conform(table, self.arrow_schema, by_field_id=False))
+            files = output.close()
+        except BaseException:
+            output.discard()  # a failed task's files are in no manifest
+            raise
+        return WrittenFiles(tuple(f.uri for f in files))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         files = [p for m in messages if isinstance(m, WrittenFiles) for p in m.paths]

@@ -10,7 +10,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.copy.output import TaskOutput
+from streambed.lake.output import TaskOutput
 
 SCHEMA = pa.schema(
     [

@@ -1,8 +1,10 @@
-"""The Parquet files one copy task writes, through a pyarrow filesystem (local or S3).
+"""The Parquet files one Spark task writes (a copy task, a merge's writer), through a
+pyarrow filesystem (local or S3).
 
 Tables are gathered until `row_group_rows` rows (or `row_group_bytes` of Arrow) are
-pending, and what is pending is written as one row group, so copied files read as fast as
-merged ones; files are rolled at `max_rows_per_file`. Every file is named
+pending, and what is pending is written as one row group (a copy gathers large groups; a
+merge writes each Spark batch as one, `row_group_rows=1`); files are rolled at
+`max_rows_per_file`. Every file is named
 `<prefix>-<n>.parquet` and written with the lake table's Arrow schema (Iceberg field ids,
 required columns, zstd). `close()` returns what was written; `discard()` deletes it (a
 failed task leaves nothing it knows of).
@@ -63,7 +65,7 @@ class TaskOutput:
         self._stream: pa.NativeFile | None = None
         self._writer: pq.ParquetWriter | None = None
         self._rows_in_file = 0
-        if isinstance(fs, pafs.LocalFileSystem):  # object stores have no directories
+        if isinstance(fs, pafs.LocalFileSystem):  # on S3 pyarrow would write marker objects
             fs.create_dir(self.base, recursive=True)
 
     def write(self, table: pa.Table) -> None:
