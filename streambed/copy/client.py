@@ -17,12 +17,13 @@ first, with the replication session's output settings (`streambed.copy.session`)
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -35,6 +36,14 @@ from streambed.copy.session import copy_connect
 from streambed.replication.connection import SESSION_OPTIONS
 
 PSQL_ENV = "STREAMBED_PSQL"
+
+PIPE_BYTES = 1024 * 1024  # /proc/sys/fs/pipe-max-size's default
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+NATIVE = {"int": pa.int32(), "long": pa.int64(), "string": pa.string()}
+"""Column kinds (`streambed.lake.types.ColumnType.kind`) whose text form Arrow's CSV reader
+parses exactly as `streambed.lake.convert` does (the same Arrow integer parser; UTF-8
+validated), so the copy skips a pass over them."""
 
 
 class CopyClientError(Exception):
@@ -75,16 +84,19 @@ def _is_script(path: str) -> bool:
 
 
 def csv_options(
-    columns: int, block_size: int
+    columns: Sequence[pa.DataType], block_size: int
 ) -> tuple[pcsv.ReadOptions, pcsv.ParseOptions, pcsv.ConvertOptions]:
     """Postgres CSV: no header; an unquoted empty field is NULL, a quoted "" is ''; values
-    may contain newlines; an empty line is a row (one NULL column). Fields stay bytes."""
-    names = [f"c{i}" for i in range(columns)]
+    may contain newlines; an empty line is a row (one NULL column).
+
+    `columns` gives each field's Arrow type: `binary` keeps the field's bytes for
+    `streambed.lake.convert`; the types of `NATIVE` are parsed by the reader itself."""
+    names = [f"c{i}" for i in range(len(columns))]
     return (
         pcsv.ReadOptions(column_names=names, use_threads=False, block_size=block_size),
         pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
         pcsv.ConvertOptions(
-            column_types={n: pa.binary() for n in names},
+            column_types=dict(zip(names, columns, strict=True)),
             null_values=[""],
             strings_can_be_null=True,
             quoted_strings_can_be_null=False,
@@ -96,7 +108,7 @@ def stream_copy(
     url: str,
     snapshot: str,
     statement: sql.Composed,
-    columns: int,
+    columns: Sequence[pa.DataType],
     *,
     application_name: str,
     batch_bytes: int,
@@ -113,7 +125,7 @@ def _via_psql(
     url: str,
     snapshot: str,
     statement: sql.Composed,
-    columns: int,
+    columns: Sequence[pa.DataType],
     application_name: str,
     batch_bytes: int,
     psql: str,
@@ -142,6 +154,8 @@ def _via_psql(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env
         )
         assert proc.stdout is not None and proc.stderr is not None
+        with contextlib.suppress(OSError):  # fewer, larger reads; Linux only, else as is
+            fcntl.fcntl(proc.stdout.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
         try:
             read, parse, convert = csv_options(columns, batch_bytes)
             try:
@@ -181,7 +195,7 @@ def _via_psycopg(
     url: str,
     snapshot: str,
     statement: sql.Composed,
-    columns: int,
+    columns: Sequence[pa.DataType],
     application_name: str,
     batch_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
@@ -210,7 +224,7 @@ def _via_psycopg(
             conn.close()
 
 
-def _parse(text: bytes, columns: int) -> Iterator[pa.RecordBatch]:
+def _parse(text: bytes, columns: Sequence[pa.DataType]) -> Iterator[pa.RecordBatch]:
     read, parse, convert = csv_options(columns, max(1 << 20, len(text) + 1))
     table = pcsv.read_csv(
         pa.BufferReader(text), read_options=read, parse_options=parse, convert_options=convert

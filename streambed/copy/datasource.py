@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from streambed.copy.client import CopyClientError, RowTooLarge, find_psql, stream_copy
+from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
 from streambed.copy.ranges import BlockRange, copy_statement
 from streambed.lake.convert import convert_column
 from streambed.lake.output import (
@@ -123,6 +123,7 @@ class _RangeReader(DataSourceReader):
         self.row_group_rows = int(options.get("row_group_rows", str(ROW_GROUP_ROWS)))
         self.row_group_bytes = int(options.get("row_group_bytes", str(ROW_GROUP_BYTES)))
         self.max_rows_per_file = int(options.get("max_rows_per_file", str(MAX_ROWS_PER_FILE)))
+        self.unique: list[str] = json.loads(options.get("unique", "[]"))
 
     def partitions(self) -> Sequence[InputPartition]:
         return [RangePartition(i, r.start, r.end) for i, r in enumerate(self.ranges)]
@@ -148,13 +149,14 @@ class _RangeReader(DataSourceReader):
                 row_group_rows=self.row_group_rows,
                 row_group_bytes=self.row_group_bytes,
                 max_rows_per_file=self.max_rows_per_file,
+                unique=self.unique,
             )
             try:
                 for raw in stream_copy(
                     self.url,
                     self.snapshot,
                     statement,
-                    len(names),
+                    csv_types(self.columns),
                     application_name=f"streambed-copy {self.run_id}/{partition.index}",
                     batch_bytes=block,
                     psql=find_psql(),
@@ -177,16 +179,26 @@ class _RangeReader(DataSourceReader):
             yield (f.uri, f.rows, f.bytes)
 
 
+def csv_types(columns: Sequence[RelationColumn]) -> list[pa.DataType]:
+    """What the CSV reader makes of each column: the parsed type for the kinds it reads as
+    the stream's converter would (`client.NATIVE`), else the raw bytes."""
+    return [NATIVE.get(column_type(c).kind, pa.binary()) for c in columns]
+
+
 def raw_to_table(
     raw: pa.RecordBatch, columns: Sequence[RelationColumn], arrow_schema: pa.Schema, qualified: str
 ) -> pa.Table:
-    """Raw CSV fields (bytes, NULL) → a table of the lake table's Arrow schema.
+    """CSV fields (raw bytes, or already parsed: `csv_types`) → a table of the lake table's
+    Arrow schema.
 
-    Each column goes through `convert_column`, as streamed values do, then is cast to the
-    lake table's type; a NULL in a required column is an error, never written.
+    Each raw column goes through `convert_column`, as streamed values do, then is cast to
+    the lake table's type; a NULL in a required column is an error, never written.
     """
     arrays = []
     for i, column in enumerate(columns):
+        if raw.column(i).type != pa.binary():
+            arrays.append(raw.column(i))
+            continue
         array, _ = convert_column(
             ArrowValues(raw.column(i)),
             column_type(column),

@@ -114,6 +114,12 @@ def copy_table(
         "ranges": json.dumps([[r.start, r.end] for r in ranges]),
         "arrow_schema": encode_schema(arrow_schema(table)),
         "output_dir": out,
+        # A one-column key is unique in every file: written without a dictionary.
+        "unique": json.dumps(
+            [info.relation.columns[i].name for i in info.key.columns]
+            if len(info.key.columns) == 1
+            else []
+        ),
     }
     if batch_bytes is not None:
         options["batch_bytes"] = str(batch_bytes)

@@ -4,15 +4,16 @@ pyarrow filesystem (local or S3).
 Tables are gathered until `row_group_rows` rows (or `row_group_bytes` of Arrow) are
 pending, and what is pending is written as one row group (a copy gathers large groups; a
 merge writes each Spark batch as one, `row_group_rows=1`); files are rolled at
-`max_rows_per_file`. Every file is named
-`<prefix>-<n>.parquet` and written with the lake table's Arrow schema (Iceberg field ids,
-required columns, zstd). `close()` returns what was written; `discard()` deletes it (a
-failed task leaves nothing it knows of).
+`max_rows_per_file`. Every file is named `<prefix>-<n>.parquet` and written with the lake
+table's Arrow schema (Iceberg field ids, required columns, zstd; no dictionary for the
+`unique` columns: a one-column key). `close()` returns what was written; `discard()`
+deletes it (a failed task leaves nothing it knows of).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -46,6 +47,7 @@ class TaskOutput:
         row_group_rows: int = ROW_GROUP_ROWS,
         row_group_bytes: int = ROW_GROUP_BYTES,
         max_rows_per_file: int = MAX_ROWS_PER_FILE,
+        unique: Sequence[str] = (),
     ) -> None:
         if min(row_group_rows, row_group_bytes, max_rows_per_file) < 1:
             raise ValueError("row group and file limits must be positive")
@@ -57,6 +59,11 @@ class TaskOutput:
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
         self.max_rows_per_file = max_rows_per_file
+        # A column whose values are all distinct (the key) gains nothing from a dictionary:
+        # Arrow would build one per row group until it outgrows its page and falls back.
+        self.use_dictionary: bool | list[str] = (
+            [f.name for f in schema if f.name not in unique] if unique else True
+        )
         self.files: list[WrittenFile] = []
         self._started: list[str] = []  # paths in `fs`, for discard()
         self._pending: list[pa.Table] = []
@@ -119,7 +126,9 @@ class TaskOutput:
         path = f"{self.base}/{name}"
         self._started.append(path)
         self._stream = self.fs.open_output_stream(path)
-        self._writer = pq.ParquetWriter(self._stream, self.schema, compression="zstd")
+        self._writer = pq.ParquetWriter(
+            self._stream, self.schema, compression="zstd", use_dictionary=self.use_dictionary
+        )
         self._rows_in_file = 0
 
     def _close_file(self) -> None:

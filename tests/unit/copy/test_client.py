@@ -40,7 +40,7 @@ def test_a_wrapper_script_on_path_is_skipped_for_the_real_binary(
 
 
 def test_csv_options_read_nulls_empty_strings_and_newlines() -> None:
-    read, parse, convert = csv_options(3, 1 << 20)
+    read, parse, convert = csv_options([pa.binary()] * 3, 1 << 20)
     data = b'1,,""\n2,"a\nb","x,""y"""\n'
     table = pcsv.read_csv(
         pa.BufferReader(data), read_options=read, parse_options=parse, convert_options=convert

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -25,7 +26,7 @@ def _rows(start: int, count: int) -> pa.Table:
     return pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=SCHEMA)
 
 
-def _output(tmp_path: Path, **limits: int) -> TaskOutput:
+def _output(tmp_path: Path, **limits: Any) -> TaskOutput:
     base = str(tmp_path / "out")
     return TaskOutput(
         pafs.LocalFileSystem(), base, "file://" + base, "run-00003-ab", SCHEMA, **limits
@@ -86,3 +87,12 @@ def test_discard_deletes_what_was_started(tmp_path: Path) -> None:
 def test_limits_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="positive"):
         _output(tmp_path, row_group_rows=0)
+
+
+def test_a_unique_column_is_written_without_a_dictionary(tmp_path: Path) -> None:
+    out = _output(tmp_path, unique=["id"])
+    out.write(pa.table({"id": list(range(1000)), "name": ["same"] * 1000}, schema=SCHEMA))
+    (written,) = out.close()
+    column = pq.ParquetFile(written.uri.removeprefix("file://")).metadata.row_group(0).column
+    assert not any("DICTIONARY" in e for e in column(0).encodings)  # id
+    assert any("DICTIONARY" in e for e in column(1).encodings)  # name
