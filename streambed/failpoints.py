@@ -3,12 +3,18 @@
 `STREAMBED_FAILPOINTS=after_parquet_write,after_commit_before_state` makes the process
 kill itself with SIGKILL the first time it reaches each named point. A name may carry a
 count, `after_commit_before_state:3`, to fire on the third time instead.
+
+Some points do something instead of killing the process (`reached` tells the code when):
+`copy_leftover_file` plants a file in a copy's run directory as a failed task attempt
+leaves it, `expire_copy_snapshot` ends the transaction that holds a copy's snapshot before
+its tasks import it. They fire once, on their count.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 KNOWN = frozenset(
     {
@@ -17,10 +23,14 @@ KNOWN = frozenset(
         "after_state_before_ack",
         "after_table_commit",
         "during_copy",
+        "after_copy_commit",
+        "copy_leftover_file",
+        "expire_copy_snapshot",
     }
 )
 
 _hits: dict[str, int] = {}
+_lock = threading.Lock()  # copies reach points from several threads
 
 
 def _armed() -> dict[str, int]:
@@ -44,3 +54,13 @@ def failpoint(name: str) -> None:
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] >= want:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def reached(name: str) -> bool:
+    """True exactly once: when `name` is armed and this is the hit of its count."""
+    want = _armed().get(name)
+    if want is None:
+        return False
+    with _lock:
+        _hits[name] = _hits.get(name, 0) + 1
+        return _hits[name] == want

@@ -2,8 +2,11 @@
 
 Nothing of a copy is visible before its single commit, which replaces every data file of the
 lake table (a re-copy replaces the old contents atomically) and records the frontier
-`seam - 1`. The files go to `<table>/data/copy-<run id>/`, so files of an interrupted copy
-are found and removed by `discard_uncommitted` (see `streambed.copy.manager`).
+`seam - 1`. The files go to `<table>/data/copy-<run id>/`, a directory private to the run:
+files of an interrupted copy are found and removed by `discard_uncommitted` (see
+`streambed.copy.manager`), and after a commit every file there that the commit does not
+reference (left by a task attempt whose result was not used) is removed
+(`streambed.copy.orphans`).
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ from pyiceberg.table import Table
 
 from streambed.copy.catalog import TableInfo
 from streambed.copy.datasource import ERROR_MARK, READER, PgCopySource
+from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import block_ranges
 from streambed.errors import Kind, SchemaError, SourceError, StreambedError
-from streambed.failpoints import failpoint
+from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
 from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import current_data_files
 from streambed.lake.tables import arrow_schema, ensure_table
-from streambed.merge.pyarrow_source import encode_schema, filesystem
+from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +43,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger("streambed.copy")
 
 _register_lock = threading.Lock()
+
+JOB_GROUP = "spark.jobGroup.id"
+TASKS_END_SECONDS = 60.0
+"""How long to wait after a copy's job for its other task attempts (killed speculative
+ones) to end before removing what they left."""
+KILLED_WORKER_GRACE_SECONDS = 5.0
+"""A killed task's Python worker may run on for `spark.python.task.killTimeout` (2 s)."""
 
 
 @dataclass(frozen=True)
@@ -123,10 +134,17 @@ def copy_table(
     }
     if batch_bytes is not None:
         options["batch_bytes"] = str(batch_bytes)
+    group = f"streambed-copy-{run_id}"  # names the job's tasks for `wait_for_tasks`
+    context = spark.sparkContext
+    previous = context.getLocalProperty(JOB_GROUP)
+    context.setJobGroup(group, f"copy of {info.qualified}")
     try:
         written = spark.read.format(READER).options(**options).load().collect()
     except Exception as e:  # Spark wraps worker errors in its own exception types
+        wait_for_tasks(spark, group)  # the caller removes the run's files after this
         raise _failure(info.qualified, e) from None
+    finally:
+        context.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None unsets
     # Partition order (the names start with the partition index): a table inserted in key
     # order keeps files whose key bounds follow each other.
     written = sorted(written, key=lambda r: str(r["path"]))
@@ -134,10 +152,49 @@ def copy_table(
     rows = sum(int(r["rows"]) for r in written)
     size = sum(int(r["bytes"]) for r in written)
     failpoint("during_copy")  # files written, nothing committed: the crash tests stop here
+    if reached("copy_leftover_file"):
+        _plant_leftover(out, files, fs_options)
     location = truncate_commit(table, added=files, lsn=frontier)
+    failpoint("after_copy_commit")  # committed; state not updated, leftovers not removed
+    wait_for_tasks(spark, group)
+    remove_orphans(out, files, fs_options, table=info.qualified)
     return CopyResult(
         info.qualified, rows, len(files), size, frontier, location, time.monotonic() - started
     )
+
+
+def wait_for_tasks(spark: SparkSession, group: str) -> None:
+    """Wait (bounded) until no task attempt of the job group `group` runs any more: a
+    speculative attempt Spark killed may still be writing when the job's result is in."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + TASKS_END_SECONDS
+    while True:
+        active = failed = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else []:
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    active += stage.numActiveTasks
+                    failed += stage.numFailedTasks
+        if active == 0 or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if failed:
+        time.sleep(KILLED_WORKER_GRACE_SECONDS)
+
+
+def _plant_leftover(out: str, files: list[str], fs_options: Mapping[str, str]) -> None:
+    """Failpoint `copy_leftover_file`: a copy of a written file under another attempt's
+    name, as a task attempt whose result was not used leaves it."""
+    if not files:
+        return
+    fs, _ = filesystem(out, fs_options)
+    name = files[0].rsplit("/", 1)[-1].replace(".parquet", "-leftover.parquet")
+    _, source = filesystem(files[0], fs_options)
+    _, target = filesystem(join_uri(out, name), fs_options)
+    fs.copy_file(source, target)
+    logger.warning("failpoint copy_leftover_file: planted %s", target)
 
 
 def task_slots(spark: SparkSession) -> int:
@@ -165,14 +222,17 @@ def committed(table: Table, run_id: str) -> bool:
 def discard_uncommitted(
     catalog: Catalog, schema: str, name: str, run_id: str, fs_options: Mapping[str, str]
 ) -> bool:
-    """Remove the files of an interrupted copy; False if the copy had in fact committed."""
+    """Remove the files of an interrupted copy; False if the copy had in fact committed
+    (then only the files no snapshot of the table references are removed)."""
     try:
         table = catalog.load_table((schema, name))
     except NoSuchTableError:
         return True
+    out = output_dir(table, run_id)
     if committed(table, run_id):
+        remove_orphans(out, referenced(table, out), fs_options, table=f"{schema}.{name}")
         return False
-    fs, path = filesystem(output_dir(table, run_id), fs_options)
+    fs, path = filesystem(out, fs_options)
     try:
         fs.delete_dir(path)
     except FileNotFoundError:
@@ -180,6 +240,22 @@ def discard_uncommitted(
     except OSError as e:
         logger.warning("cannot remove files of an interrupted copy at %s: %s", path, e)
     return True
+
+
+def referenced(table: Table, directory: str) -> set[str]:
+    """The data files under `directory` that any snapshot of `table` references."""
+    prefix = directory.rstrip("/") + "/"
+    found: set[str] = set()
+    seen: set[str] = set()
+    for snapshot in table.snapshots():
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.data_file.file_path.startswith(prefix):
+                    found.add(entry.data_file.file_path)
+    return found
 
 
 def worker_message(error: BaseException) -> str | None:

@@ -1,0 +1,105 @@
+"""After a copy commits, its run directory holds exactly the files the commit references: a
+file a failed task attempt left there (planted by the `copy_leftover_file` failpoint, a
+copy of a written file under another attempt's name) is removed, on the local warehouse
+and on S3; and at the restart after a crash between the commit and the cleanup."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import psycopg
+import pyarrow.fs as pafs
+import pytest
+
+from streambed.config import Settings
+from streambed.lake.catalog import open_catalog
+from streambed.lake.files import current_data_files
+from streambed.merge.pyarrow_source import filesystem, fs_options
+from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.s3 import ThrowawayS3
+from tests.integration.copy.test_initial_copy import ROWS, TABLES, _all_ready, _schema
+from tests.integration.pipeline.conftest import Deployment, deployment
+from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _files_under_data(settings: Settings, table: str) -> list[str]:
+    """Every file in the lake table's data directory, as URIs."""
+    schema, name = table.split(".")
+    location = open_catalog(settings).load_table((schema, name)).location().rstrip("/")
+    fs, base = filesystem(f"{location}/data", fs_options(settings))
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    return [
+        f"{location}/data/{i.path[len(base) :].lstrip('/')}"
+        for i in infos
+        if i.type == pafs.FileType.File
+    ]
+
+
+def _live_files(settings: Settings, table: str) -> set[str]:
+    schema, name = table.split(".")
+    return set(current_data_files(open_catalog(settings).load_table((schema, name))))
+
+
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_a_file_left_by_a_failed_task_attempt_is_removed_after_the_commit(
+    storage: str, pg_db: PgDatabase, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if storage == "s3":
+        server: ThrowawayS3 = request.getfixturevalue("s3_server")
+        d = deployment(pg_db, tmp_path, server, request.getfixturevalue("s3_bucket"))
+    else:
+        d = deployment(pg_db, tmp_path)
+    d.env["STREAMBED_FLUSH_INTERVAL"] = "1"
+    d.proc.env.update(d.env)
+    try:
+        _schema(d.url)
+        d.proc.start({"STREAMBED_FAILPOINTS": "copy_leftover_file"})
+        wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
+        logs = d.proc.logs()
+        assert "failpoint copy_leftover_file: planted" in logs
+        assert "copy leftovers removed" in logs
+        for table in TABLES:
+            files = _files_under_data(d.settings, table)
+            assert files, table
+            assert not [f for f in files if "leftover" in f], files
+            # Nothing but what the commit references, all in one run's directory.
+            assert set(files) == _live_files(d.settings, table), table
+            assert len({f.rsplit("/", 1)[0] for f in files}) == 1, files
+        with psycopg.connect(d.url, autocommit=True) as conn:
+            conn.execute(f"UPDATE {TABLES[0]} SET name = 'after' WHERE id <= 10")
+            conn.execute(f"DELETE FROM {TABLES[1]} WHERE id > {ROWS - 10}")
+        wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=180)
+        assert d.proc.stop() == 0
+    finally:
+        d.proc.kill()
+
+
+def test_a_copy_killed_after_its_commit_has_its_leftovers_removed_at_restart(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    with psycopg.connect(d.url, autocommit=True) as conn:  # one table: one copy at a time
+        conn.execute("CREATE TABLE solo (id int PRIMARY KEY, v text)")
+        conn.execute(f"INSERT INTO solo SELECT g, 'v' || g FROM generate_series(1, {ROWS}) g")
+    tables = ["public.solo"]
+    # The copy is killed right after its commit, with a leftover planted before it: the
+    # restart finds it committed and removes only the leftover.
+    d.proc.start({"STREAMBED_FAILPOINTS": "copy_leftover_file,after_copy_commit"})
+    assert d.proc.wait(timeout=300) == -signal.SIGKILL, d.proc.logs()[-3000:]
+    planted = list(Path(d.settings.data_dir).rglob("copy-*/*-leftover.parquet"))
+    assert len(planted) == 1, planted
+    first_run_log = len(d.proc.logs())
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, tables), 240, "every table copied", d.proc)
+    second_run = d.proc.logs()[first_run_log:]
+    assert "interrupted copy had committed" in second_run
+    assert "copy leftovers removed" in second_run
+    assert not planted[0].exists()
+    assert "copy started" not in second_run  # not copied again
+    for table in tables:
+        assert set(_files_under_data(d.settings, table)) == _live_files(d.settings, table)
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc, timeout=180)
+    assert d.proc.stop() == 0
