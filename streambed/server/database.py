@@ -875,7 +875,6 @@ class DbSession:
         """The DuckDB text of a parsed SELECT (rewritten only if needed), its parameters and
         the Postgres column names. `sql` None: print the statement from its parse tree."""
         names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
-        numeric_items = bool(numeric.targets(stmt))
         if rewrite.needs_rewrite(stmt):
             try:
                 text = rewrite.rewrite(stmt, self._session_values(params))
@@ -885,33 +884,7 @@ class DbSession:
             params = params[: _param_count(stmt)]
         else:
             text = sql if sql is not None else str(RawStream()(stmt))
-        if numeric_items:
-            text = self._exact_numerics(text)
         return text, params, names
-
-    def _exact_numerics(self, text: str) -> str:
-        """Make select-list avg() of integers and numerics, and division involving numerics,
-        numeric as in Postgres (`streambed.server.numeric`): the DuckDB text, changed or not."""
-        try:
-            left = self._probe_types(text, "left")
-            right = self._probe_types(text, "right")
-            final = pglast.parse_sql(text)[0].stmt
-        except Exception as e:  # the query itself will report what is wrong
-            log.debug("numeric probe failed: %s", e)
-            return text
-        if isinstance(final, ast.SelectStmt) and numeric.exact(final, left, right):
-            return str(RawStream()(final))
-        return text
-
-    def _probe_types(self, text: str, operand: str) -> list[str]:
-        """The DuckDB types of a probe's columns, bound without running it."""
-        probe = pglast.parse_sql(text)[0].stmt
-        assert isinstance(probe, ast.SelectStmt)
-        numeric.probe(probe, operand)
-        numeric.null_params(probe)
-        self._applied = self._apply_settings(self._cursor, self._applied)
-        relation = self._cursor.sql(str(RawStream()(probe)))
-        return [str(d[1]) for d in relation.description] if relation is not None else []
 
     def _apply_settings(self, conn: duckdb.DuckDBPyConnection, applied: Any) -> tuple[str, str]:
         """Give a DuckDB connection the session's search_path and TimeZone (DuckDB computes

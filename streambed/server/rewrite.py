@@ -21,7 +21,7 @@ from typing import Any
 from pglast import ast, enums
 from pglast.stream import RawStream
 
-from streambed.server import catalog
+from streambed.server import catalog, numeric
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError
@@ -122,6 +122,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
                 or names[-1] in catalog.SESSION_FUNCTIONS
                 or names[-1] == "_pg_expandarray"
                 or _is_sum(node)
+                or numeric.is_avg(node)
             )
         elif isinstance(node, ast.A_Expr):
             names = _strings(node.name)
@@ -294,9 +295,10 @@ def _sql_syntax(node: ast.FuncCall) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, session: SessionValues) -> None:
+    def __init__(self, session: SessionValues, text_items: set[int]) -> None:
         self.session = session
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
+        self.text_items = text_items  # ids of avg/division nodes sent as numeric text
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -306,8 +308,8 @@ class _Rewriter:
         if not isinstance(node, ast.Node):
             return node
         replaced = self.replace(node)
-        if replaced is not node:
-            return replaced
+        if replaced is not node or isinstance(node, ast.FuncCall):
+            return replaced  # replace_func rewrote the call's arguments, filter and window
         for attr in node:
             value = getattr(node, attr)
             if isinstance(value, ast.Node | tuple | list):
@@ -372,6 +374,14 @@ class _Rewriter:
                 return match
             if len(names) > 1:
                 node.name = (ast.String(sval=names[-1]),)
+            if numeric.is_div(node):
+                # Postgres's numeric division where the operands are exact (`numeric`)
+                node.rexpr = _func("sb_divisor", [self.transform(node.rexpr)])
+                node.lexpr = self.transform(node.lexpr)
+                as_text = id(node) in self.text_items
+                call = numeric.div_call(node.lexpr, node.rexpr, as_text)
+                # a new node either way: its operands are rewritten already
+                return call or ast.A_Expr(**{attr: getattr(node, attr) for attr in node})
             if _is_division(node):
                 # Postgres raises 22012 for a zero divisor (integer, numeric and float alike)
                 node.rexpr = _func("sb_divisor", [node.rexpr])
@@ -435,6 +445,9 @@ class _Rewriter:
             value = getattr(node, attr)
             if value is not None:
                 setattr(node, attr, self.transform(value))
+        if numeric.is_avg(node):
+            call = numeric.avg_call(node, as_text=id(node) in self.text_items)
+            return node if call is None else call
         if _is_sum(node) and id(node) not in self.wrapped_sums:
             self.wrapped_sums.add(id(node))
             # the macro picks its result by the argument's type (int2/int4: bigint, which
@@ -514,7 +527,7 @@ class _Rewriter:
 
 def rewrite(stmt: ast.Node, session: SessionValues) -> str:
     """Rewrite one parsed statement for DuckDB and return its SQL text."""
-    rewritten = _Rewriter(session).transform(stmt)
+    rewritten = _Rewriter(session, numeric.text_items(stmt)).transform(stmt)
     text: str = RawStream()(rewritten)
     return text
 

@@ -3,67 +3,129 @@ prints for the same division."""
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 
-from streambed.server import numeric
+from streambed.server import numeric, numeric_batch, numeric_math
 
 
-def _divide(x: str, y: str) -> Decimal:
-    unscaled = numeric.divide(*numeric._parse(x), *numeric._parse(y))
-    return Decimal(unscaled).scaleb(-numeric.SCALE)
+def _quotient(x: str, y: str, max_scale: int | None = None) -> str:
+    parsed = (*numeric_math.parse(x), *numeric_math.parse(y))
+    return numeric_math.text(*numeric_math.quotient(*parsed, max_scale))
 
 
-@pytest.mark.parametrize(
-    ("x", "y", "postgres"),
-    [
-        ("1", "3.0", "0.33333333333333333333"),  # qweight -1: 20 decimals
-        ("10.00", "4", "2.5000000000000000"),
-        ("4", "3", "1.3333333333333333"),  # avg(1, 1, 2)
-        ("37037", "3", "12345.6666666666666667"),  # first digits 3 <= 3: qweight 0
-        ("30000", "3", "10000.0000000000000000"),
-        ("40000", "3", "13333.333333333333"),  # 4 > 3: qweight 1, 12 decimals
-        ("123456789014", "2", "61728394507.00000000"),
-        ("0.003", "2", "0.00150000000000000000"),
-        ("-15", "2", "-7.5000000000000000"),
-        ("15", "-2", "-7.5000000000000000"),
-        ("-1", "-3", "0.33333333333333333333"),
-        ("2", "3", "0.66666666666666666667"),  # rounded half away from zero
-        ("-2", "3", "-0.66666666666666666667"),
-        ("0", "3", "0.00000000000000000000"),
-        ("123456789.123", "7", "17636684.160428571429"),  # qweight 1: 12 decimals
-        ("1.000000", "7", "0.14285714285714285714"),
-    ],
-)
+def _batch(
+    x: list[str], kx: int, y: list[str], ky: int, max_scale: int | None = None
+) -> list[str | None]:
+    """numeric_batch.quotients with each operand as DECIMAL(18, 6) where that holds it
+    (within 10^12), else as text, as the DuckDB macro passes them."""
+
+    def split(values: list[str]) -> tuple[pa.Array, pa.Array]:
+        fast = [Decimal(v) if abs(Decimal(v)) < 10**12 else None for v in values]
+        text = [v if f is None else None for v, f in zip(values, fast, strict=True)]
+        return pa.array(fast, pa.decimal128(18, 6)), pa.array(text, pa.string())
+
+    (fx, sx), (fy, sy) = split(x), split(y)
+    result: list[str | None] = numeric_batch.quotients(
+        fx, sx, kx, fy, sy, ky, max_scale
+    ).to_pylist()
+    return result
+
+
+POSTGRES = [  # x, y, Postgres 15's x / y
+    ("1", "3.0", "0.33333333333333333333"),  # qweight -1: 20 decimals
+    ("10.00", "4", "2.5000000000000000"),
+    ("4", "3", "1.3333333333333333"),  # avg(1, 1, 2)
+    ("37037", "3", "12345.6666666666666667"),  # first digits 3 <= 3: qweight 0
+    ("30000", "3", "10000.0000000000000000"),
+    ("40000", "3", "13333.333333333333"),  # 4 > 3: qweight 1, 12 decimals
+    ("123456789014", "2", "61728394507.00000000"),
+    ("0.003", "2", "0.00150000000000000000"),
+    ("-15", "2", "-7.5000000000000000"),
+    ("15", "-2", "-7.5000000000000000"),
+    ("-1", "-3", "0.33333333333333333333"),
+    ("2", "3", "0.66666666666666666667"),  # rounded half away from zero
+    ("-2", "3", "-0.66666666666666666667"),
+    ("0", "3", "0.00000000000000000000"),
+    ("123456789.123", "7", "17636684.160428571429"),  # qweight 1: 12 decimals
+    ("1.000000", "7", "0.14285714285714285714"),
+    ("1", "30000000.0", "0.000000033333333333333333"),  # more than 20 decimals
+    ("-2", "3000000", "-0.000000666666666666666667"),
+    ("123456789012345678901234.5", "3", "41152263004115226300411.5"),  # past 10^18
+    ("-0.000001", "3", "-0.000000333333333333333333"),
+    ("-0.000001", "3000000", "-0.00000000000033333333333333333333"),
+    ("99999.99", "0.01", "9999999.000000000000"),
+    ("0.01", "99999.99", "0.000000100000010000001000"),
+]
+
+
+@pytest.mark.parametrize(("x", "y", "postgres"), POSTGRES)
 def test_division_equals_postgres(x: str, y: str, postgres: str) -> None:
-    assert _divide(x, y) == Decimal(postgres)
-    assert numeric.text(*numeric.quotient(*numeric._parse(x), *numeric._parse(y))) == postgres
+    assert _quotient(x, y) == postgres
 
 
-@pytest.mark.parametrize(
-    ("x", "y", "postgres"),
-    [
-        ("1", "30000000.0", "0.000000033333333333333333"),  # more than 20 decimals
-        ("-2", "3000000", "-0.000000666666666666666667"),
-        ("123456789012345678901234.5", "3", "41152263004115226300411.5"),  # past 10^18
-    ],
-)
-def test_text_keeps_postgres_scale_beyond_the_decimal_form(x: str, y: str, postgres: str) -> None:
-    assert numeric.text(*numeric.quotient(*numeric._parse(x), *numeric._parse(y))) == postgres
+def _scale(text: str) -> int:
+    return len(text.partition(".")[2])
 
 
-def test_division_by_zero() -> None:
+def test_batch_division_equals_postgres() -> None:
+    # one batch per pair of operand scales, as DuckDB calls the function
+    for kx in range(8):
+        for ky in range(8):
+            rows = [(x, y, p) for x, y, p in POSTGRES if (_scale(x), _scale(y)) == (kx, ky)]
+            if rows:
+                got = _batch([r[0] for r in rows], kx, [r[1] for r in rows], ky)
+                assert got == [r[2] for r in rows]
+
+
+def test_batch_matches_scalar_on_random_operands() -> None:
+    rng = random.Random(7)
+    for _ in range(60):
+        kx, ky = rng.randint(0, 6), rng.randint(0, 6)
+        xs = [
+            rng.choice([0, 1, -1, rng.randint(-(10 ** rng.randint(1, 17)), 10**17)])
+            for _ in range(40)
+        ]
+        ys = [rng.choice([1, -3, 7, rng.randint(1, 10 ** rng.randint(1, 17))]) for _ in range(40)]
+        x = [numeric_math.text(v, kx) for v in xs]
+        y = [numeric_math.text(v, ky) for v in ys]
+        for max_scale in (None, 20):
+            expected = [_quotient(a, b, max_scale) for a, b in zip(x, y, strict=True)]
+            assert _batch(x, kx, y, ky, max_scale) == expected
+
+
+def test_batch_nulls_and_zero_divisor() -> None:
+    got = _batch(["1.50", "2"], 2, ["3", "3"], 0)
+    assert got == ["0.50000000000000000000", "0.66666666666666666667"]
+    nulls = pa.nulls(2, pa.decimal128(18, 6))
+    texts = pa.array([None, "4"], pa.string())
+    assert numeric_batch.quotients(nulls, texts, 0, nulls, texts, 0).to_pylist() == [
+        None,
+        "1.00000000000000000000",
+    ]
     with pytest.raises(ValueError, match="division by zero"):
-        numeric.divide(1, 0, 0, 2)
+        _batch(["1"], 0, ["0"], 0)
 
 
-def test_udfs_build_decimal_arrays_with_nulls() -> None:
-    out = numeric._div_udf(pa.array(["1.50", None, "-3"]), pa.array(["3", "2", "0.5"]))
+def test_udfs_build_decimal_and_text_results() -> None:
+    def args(x: list[str | None], y: list[str | None]) -> list[pa.Array]:
+        fx = pa.array([None if v is None else Decimal(v) for v in x], pa.decimal128(18, 6))
+        fy = pa.array([None if v is None else Decimal(v) for v in y], pa.decimal128(18, 6))
+        none = pa.nulls(len(x), pa.string())
+        two, zero = pa.array([2] * len(x), pa.int32()), pa.array([0] * len(x), pa.int32())
+        return [fx, none, two, fy, none, zero]
+
+    out = numeric._quotient_udf(*args(["1.50", None, "-3.00"], ["3", "2", "7"]))
     assert out.type == pa.decimal128(38, numeric.SCALE)
-    assert out.to_pylist() == [Decimal("0.5"), None, Decimal("-6")]
-    avg = numeric._avg_udf(pa.array(["4", None, "3.00"]), pa.array([3, 0, 0], pa.int64()))
-    assert avg.to_pylist() == [Decimal("1.3333333333333333"), None, None]
+    assert out.to_pylist() == [Decimal("0.5"), None, Decimal("-0.42857142857142857143")]
+    text = numeric._quotient_text_udf(*args(["1.50", None], ["3", "2"]))
+    assert text.to_pylist() == [
+        {numeric.ORDER_FIELD: 0.5, numeric.TEXT_FIELD: "0.50000000000000000000"},
+        None,
+    ]
+    big = [pa.nulls(1, pa.decimal128(18, 6)), pa.array(["1" + "0" * 30]), pa.array([0])]
     with pytest.raises(ValueError, match="overflow"):
-        numeric._div_udf(pa.array(["1" + "0" * 30]), pa.array(["3"]))
+        numeric._quotient_udf(*big, *args(["1"], ["3"])[3:])
