@@ -7,7 +7,8 @@ count, `after_commit_before_state:3`, to fire on the third time instead.
 Some points do something instead of killing the process (`reached` tells the code when):
 `copy_leftover_file` plants a file in a copy's run directory as a failed task attempt
 leaves it, `expire_copy_snapshot` ends the transaction that holds a copy's snapshot before
-its tasks import it. They fire once, on their count.
+its tasks import it. They fire on their count, or on each hit of a range
+(`expire_copy_snapshot:2-4`: the second, third and fourth time).
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ _hits: dict[str, int] = {}
 _lock = threading.Lock()  # copies reach points from several threads
 
 
-def _armed() -> dict[str, int]:
-    armed: dict[str, int] = {}
+def _armed() -> dict[str, tuple[int, int]]:
+    """name → the first and last hit it fires on."""
+    armed: dict[str, tuple[int, int]] = {}
     for item in os.environ.get("STREAMBED_FAILPOINTS", "").split(","):
         name, _, count = item.strip().partition(":")
+        first, _, last = count.partition("-")
         if name:
-            armed[name] = int(count) if count.isdigit() else 1
+            start = int(first) if first.isdigit() else 1
+            armed[name] = (start, max(start, int(last)) if last.isdigit() else start)
     return armed
 
 
@@ -52,15 +56,15 @@ def failpoint(name: str) -> None:
     if want is None:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] >= want:
+    if _hits[name] >= want[0]:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def reached(name: str) -> bool:
-    """True exactly once: when `name` is armed and this is the hit of its count."""
+    """True when `name` is armed and this hit is its count (or within its range)."""
     want = _armed().get(name)
     if want is None:
         return False
     with _lock:
         _hits[name] = _hits.get(name, 0) + 1
-        return _hits[name] == want
+        return want[0] <= _hits[name] <= want[1]

@@ -29,6 +29,7 @@ from streambed.copy.catalog import TableInfo
 from streambed.copy.datasource import ERROR_MARK, READER, PgCopySource
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import block_ranges
+from streambed.copy.snapshot import SnapshotExpired, snapshot_expired
 from streambed.errors import Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
@@ -269,6 +270,12 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
     message = worker_message(error)
     if message is not None:
         kind = Kind.SOURCE_SETUP
+        if snapshot_expired(message):
+            return SnapshotExpired(
+                f"copy of {qualified} failed: {message} (the transaction holding the copy's "
+                "snapshot ended before this task imported it)",
+                kind=kind,
+            )
         if "does not exist" in message:
             message += " (the table was dropped during its copy)"
         elif "permission denied" in message:

@@ -13,7 +13,10 @@ The rules the pipeline follows through this class:
   becomes `ready`. The loop then restarts the stream: the slot re-sends everything after
   the hold; changes at or below the seam are skipped by the frontier, those above it are
   applied, and tables that were already current skip what they already hold.
-- A failed copy (table dropped, no SELECT permission, snapshot gone, Spark error) leaves
+- A copy whose snapshot expired (its anchor transaction ended before every task imported
+  it) is copied again at once under a new snapshot, keeping its hold, up to
+  `SNAPSHOT_ATTEMPTS` snapshots; only then does it fail as below.
+- A failed copy (table dropped, no SELECT permission, Spark error) leaves
   the table `pending` and blocked, releases its hold, and is retried at the next start or
   by `streambed resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
 - At start, copies a crash interrupted are either found committed (their files are live in
@@ -34,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
+import psycopg
 from pyiceberg.catalog import Catalog
 
 from streambed.changes import TableKey
@@ -41,8 +45,9 @@ from streambed.config import Settings
 from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
 from streambed.copy.progress import ProgressBoard
-from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import StreambedError
+from streambed.copy.snapshot import SnapshotAnchor, SnapshotExpired
+from streambed.errors import Kind, SourceError, StreambedError
+from streambed.failpoints import reached
 from streambed.lake.types import with_base_types
 from streambed.log import log
 from streambed.lsn import format_lsn
@@ -60,6 +65,9 @@ BLOCKED: Final = (1 << 64) - 1
 """The frontier of a table that is not ready: every change to it is dropped (and re-read)."""
 
 RESYNC_POLL_SECONDS: Final = 2.0
+
+SNAPSHOT_ATTEMPTS: Final = 3
+"""Snapshots a table's copy may take when each expires before its tasks imported it."""
 
 Name = tuple[str, str]
 
@@ -130,6 +138,7 @@ class CopyManager:
         self._thread: threading.Thread | None = None
         self._position = 0  # the highest LSN acknowledged to the slot by this process
         self._next_resync_poll = 0.0
+        self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
 
     # ---- pipeline thread --------------------------------------------------------------
 
@@ -297,11 +306,21 @@ class CopyManager:
                 self._finish_all(batch.names, error)
 
     def _copy_batch(self, batch: _Batch) -> None:
+        anchor = batch.anchor
+        if anchor is not None and not anchor.alive():
+            log(
+                logger,
+                "the snapshot of the new slot expired before the copy began; taking a new one",
+                logging.WARNING,
+            )
+            anchor.close()
+            anchor = None
         try:
-            anchor = batch.anchor or SnapshotAnchor.from_temporary_slot(self.settings.source_url)
+            anchor = anchor or SnapshotAnchor.from_temporary_slot(self.settings.source_url)
         except StreambedError as e:
             self._finish_all(batch.names, e)
             return
+        expired: list[Name] = []
         try:
             infos: list[TableInfo] = []
             for schema, name in batch.names:
@@ -315,13 +334,22 @@ class CopyManager:
                         infos.append(late)
                 except StreambedError as e:
                     self._fail((schema, name), e)
+                except psycopg.Error as e:  # the anchor's connection broke
+                    if anchor.alive():
+                        raise
+                    self._expired((schema, name), _anchor_lost(f"{schema}.{name}", e), expired)
+            if reached("expire_copy_snapshot"):
+                log(logger, "failpoint expire_copy_snapshot: ending the copy's snapshot")
+                anchor.close()
             # Spark starts only when there is something to copy (empty tables need none).
             spark = self._spark() if any(info.blocks > 0 for info in infos) else None
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
                 for info in infos:
-                    pool.submit(self._copy_one, spark, info, anchor)
+                    pool.submit(self._copy_one, spark, info, anchor, expired)
         finally:
             anchor.close()
+        if expired:  # copied again under a new snapshot; their holds stay
+            self._queue.put(_Batch(tuple(expired), None))
 
     def _with_base_types(self, info: TableInfo) -> TableInfo:
         if self.base_types is None:
@@ -360,7 +388,9 @@ class CopyManager:
         with self._lock:
             self._outcomes.append(Outcome(name, error=error, gone=True))
 
-    def _copy_one(self, spark: Any, info: TableInfo, anchor: SnapshotAnchor) -> None:
+    def _copy_one(
+        self, spark: Any, info: TableInfo, anchor: SnapshotAnchor, expired: list[Name]
+    ) -> None:
         name = (info.schema, info.name)
         run_id = uuid.uuid4().hex[:12]
         try:
@@ -390,8 +420,13 @@ class CopyManager:
             error = e if isinstance(e, StreambedError) else StreambedError(str(e))
             discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
             self.progress.finish(info.qualified, None, failed=True)
-            self._fail(name, error)
+            if isinstance(error, SnapshotExpired):
+                self._expired(name, error, expired)
+            else:
+                self._fail(name, error)
             return
+        with self._lock:
+            self._snapshots_taken.pop(name, None)
         self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
         self.progress.finish(info.qualified, result.rows)
         log(
@@ -406,6 +441,41 @@ class CopyManager:
         )
         with self._lock:
             self._outcomes.append(Outcome(name, frontier=result.frontier))
+
+    def _expired(self, name: Name, error: SnapshotExpired, retry: list[Name]) -> None:
+        """The copy's snapshot expired: add `name` to `retry` (copied again under a new
+        snapshot) unless it has had `SNAPSHOT_ATTEMPTS` snapshots; then it fails."""
+        qualified = f"{name[0]}.{name[1]}"
+        with self._lock:
+            taken = self._snapshots_taken.get(name, 0) + 1
+            self._snapshots_taken[name] = taken
+            if taken >= SNAPSHOT_ATTEMPTS:
+                del self._snapshots_taken[name]
+        if taken >= SNAPSHOT_ATTEMPTS:
+            self._fail(
+                name,
+                SourceError(
+                    f"{error}. The copy's snapshot expired {taken} times; check what ends "
+                    "the `streambed-copy anchor` connection (pg_terminate_backend, a "
+                    "connection pooler or proxy timeout), then run `streambed resync "
+                    f"{qualified}`",
+                    kind=Kind.SOURCE_SETUP,
+                ),
+            )
+            return
+        if self.state.table(*name) is not None:
+            self.state.abandon_copy(*name)
+        log(
+            logger,
+            "the copy's snapshot expired before its tasks imported it; copying the table "
+            "again under a new snapshot",
+            logging.WARNING,
+            table=qualified,
+            attempt=f"{taken + 1} of {SNAPSHOT_ATTEMPTS}",
+            error=str(error),
+        )
+        with self._lock:
+            retry.append(name)
 
     def _fail(self, name: Name, error: StreambedError) -> None:
         if self.state.table(*name) is not None:
@@ -424,3 +494,11 @@ class CopyManager:
     def _finish_all(self, names: tuple[Name, ...], error: StreambedError) -> None:
         for name in names:
             self._fail(name, error)
+
+
+def _anchor_lost(qualified: str, error: psycopg.Error) -> SnapshotExpired:
+    return SnapshotExpired(
+        f"copy of {qualified} failed: the connection holding its snapshot was lost "
+        f"({' '.join(str(error).split())})",
+        kind=Kind.SOURCE_SETUP,
+    )

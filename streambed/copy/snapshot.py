@@ -11,6 +11,13 @@ The seam is the slot's consistent point: the snapshot holds exactly the transact
 commit record lies before it, and the stream sends every transaction whose commit record is
 at or after it. A copied table is therefore committed with frontier `seam - 1`: the buffer
 skips changes with commit LSN <= frontier, i.e. those the copy already holds.
+
+A snapshot *expires* when the anchor's transaction ends before every copy task imported it
+(the anchor's connection was closed or terminated, e.g. by an administrator or a network
+failure): the tasks that start afterwards fail with `invalid snapshot identifier`. That is
+`SnapshotExpired`; the copy manager copies such tables again under a new snapshot. The
+anchor turns off `idle_in_transaction_session_timeout` (and `transaction_timeout`, PG 17)
+for its own session, since it stays idle in its transaction for the whole copy.
 """
 
 from __future__ import annotations
@@ -32,6 +39,19 @@ from streambed.replication.connection import ReplicationConnection
 
 logger = logging.getLogger("streambed.copy")
 
+_EXPIRED_MESSAGES = ("invalid snapshot identifier", "could not import the requested snapshot")
+
+
+class SnapshotExpired(SourceError):
+    """A copy task could not import the copy's snapshot: its transaction had ended."""
+
+    kind = Kind.SOURCE_SETUP
+
+
+def snapshot_expired(message: str) -> bool:
+    """Whether a source error message says a snapshot could not be imported."""
+    return any(m in message for m in _EXPIRED_MESSAGES)
+
 
 @dataclass
 class SnapshotAnchor:
@@ -52,6 +72,10 @@ class SnapshotAnchor:
         connection runs another command."""
         conn = copy_connect(url, "streambed-copy anchor")
         try:
+            # The anchor sits idle in its transaction for the whole copy.
+            conn.execute("SET idle_in_transaction_session_timeout = 0")
+            if conn.info.server_version >= 170000:
+                conn.execute("SET transaction_timeout = 0")
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(exported)))
             row = conn.execute("SELECT pg_export_snapshot()").fetchone()
@@ -81,6 +105,16 @@ class SnapshotAnchor:
             anchor = cls.adopt(url, exported, parse_lsn(consistent))
         log(logger, "copy snapshot taken", seam=format_lsn(anchor.seam))
         return anchor
+
+    def alive(self) -> bool:
+        """Whether the anchor's transaction still holds the snapshot."""
+        if self.conn.closed:
+            return False
+        try:
+            self.conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
 
     def close(self) -> None:
         """End the anchor transaction (after every worker imported or finished)."""
