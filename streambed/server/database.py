@@ -1133,6 +1133,7 @@ class DbSession:
             savepoint_level=len(self._savepoints),
             connection=conn,
             on_close=conn.close,
+            scroll=bool(options & cursors.SCROLL),
         )
         return QueryResult([], None, "DECLARE CURSOR")
 
@@ -1144,6 +1145,8 @@ class DbSession:
 
     def _fetch(self, stmt: ast.FetchStmt) -> QueryResult:
         cursor = self._named_cursor(stmt.portalname)
+        if cursor.scroll:
+            return self._scroll_fetch(cursor, stmt)
         try:
             skip, count = cursors.forward_count(stmt, cursor)
         except cursors.CursorError as e:
@@ -1159,6 +1162,25 @@ class DbSession:
         self._start_timer()
         result = QueryResult(
             list(cursor.columns), cursor.take(count), "FETCH", on_close=self._stop_timer
+        )
+        self._open = result
+        return result
+
+    def _scroll_fetch(self, cursor: cursors.SqlCursor, stmt: ast.FetchStmt) -> QueryResult:
+        self._active = cursor.connection
+        self._timed_out = False
+        self._canceled = False
+        self._start_timer()
+        try:
+            batches = cursor.scroll_fetch(stmt)  # reads ahead as far as the move needs
+        except BaseException:
+            self._stop_timer()
+            raise
+        if stmt.ismove:
+            self._stop_timer()
+            return QueryResult([], None, f"MOVE {sum(b.num_rows for b in batches)}")
+        result = QueryResult(
+            list(cursor.columns), iter(batches), "FETCH", on_close=self._stop_timer
         )
         self._open = result
         return result
