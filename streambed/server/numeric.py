@@ -119,7 +119,7 @@ def macros_sql() -> list[str]:
     return out
 
 
-def _texts(
+def _quotients(
     x: pa.Array,
     xs: pa.Array,
     kx: pa.Array,
@@ -128,24 +128,18 @@ def _texts(
     ky: pa.Array,
     /,
     max_scale: int | None = None,
-) -> pa.Array:
+) -> numeric_batch.Quotients:
     if len(x) == 0:
-        return pa.array([], pa.string())
+        return numeric_batch.Quotients(pa.array([], pa.string()), pa.array([], pa.float64()))
     scale_x, scale_y = kx[0].as_py() or 0, ky[0].as_py() or 0
     x, xs, y, ys = (_array(a) for a in (x, xs, y, ys))
     return numeric_batch.quotients(x, xs, scale_x, y, ys, scale_y, max_scale)
 
 
-def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        return values.combine_chunks()
-    return values
-
-
 def _quotient_udf(
     x: pa.Array, xs: pa.Array, kx: pa.Array, y: pa.Array, ys: pa.Array, ky: pa.Array
 ) -> pa.Array:
-    texts = _texts(x, xs, kx, y, ys, ky, max_scale=SCALE)
+    texts = _quotients(x, xs, kx, y, ys, ky, max_scale=SCALE).texts
     try:
         return pc.cast(texts, pa.decimal128(38, SCALE))
     except pa.ArrowInvalid as e:
@@ -158,11 +152,16 @@ def _quotient_udf(
 def _quotient_text_udf(
     x: pa.Array, xs: pa.Array, kx: pa.Array, y: pa.Array, ys: pa.Array, ky: pa.Array
 ) -> pa.Array:
-    texts = _texts(x, xs, kx, y, ys, ky)
-    order = pc.cast(texts, pa.float64())
+    texts, order = _quotients(x, xs, kx, y, ys, ky)
     return pa.StructArray.from_arrays(
         [order, texts], names=[ORDER_FIELD, TEXT_FIELD], mask=pc.is_null(texts)
     )
+
+
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    return values
 
 
 def install(conn: duckdb.DuckDBPyConnection) -> None:

@@ -29,9 +29,10 @@ def _batch(
         return pa.array(fast, pa.decimal128(18, 6)), pa.array(text, pa.string())
 
     (fx, sx), (fy, sy) = split(x), split(y)
-    result: list[str | None] = numeric_batch.quotients(
-        fx, sx, kx, fy, sy, ky, max_scale
-    ).to_pylist()
+    quotients = numeric_batch.quotients(fx, sx, kx, fy, sy, ky, max_scale)
+    result: list[str | None] = quotients.texts.to_pylist()
+    order = quotients.values.to_pylist()
+    assert order == [None if t is None else pytest.approx(float(t)) for t in result]
     return result
 
 
@@ -102,7 +103,7 @@ def test_batch_nulls_and_zero_divisor() -> None:
     assert got == ["0.50000000000000000000", "0.66666666666666666667"]
     nulls = pa.nulls(2, pa.decimal128(18, 6))
     texts = pa.array([None, "4"], pa.string())
-    assert numeric_batch.quotients(nulls, texts, 0, nulls, texts, 0).to_pylist() == [
+    assert numeric_batch.quotients(nulls, texts, 0, nulls, texts, 0).texts.to_pylist() == [
         None,
         "1.00000000000000000000",
     ]
