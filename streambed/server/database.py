@@ -38,7 +38,7 @@ from pglast import ast, enums
 from pglast.stream import RawStream
 
 from streambed.config import Settings
-from streambed.server import catalog, cursors, numeric, pgtypes, rewrite, timetravel
+from streambed.server import catalog, cursors, extract, numeric, pgtypes, rewrite, timetravel
 from streambed.server.extensions import load_extensions, offline_config
 
 log = logging.getLogger(__name__)
@@ -478,6 +478,8 @@ class LakeDatabase:
             conn.execute(f"CREATE SECRET streambed_s3 ({', '.join(options)})")
         catalog.install(conn, s.database_name)
         numeric.install(conn)
+        for sql in extract.MACROS_SQL:
+            conn.execute(sql)
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {timetravel.SCHEMA}")
         conn.execute("CREATE SCHEMA IF NOT EXISTS public")
         allowed = [s.warehouse_path.rstrip("/") + "/", *s.extra_allowed_paths]

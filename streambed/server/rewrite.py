@@ -21,7 +21,7 @@ from typing import Any
 from pglast import ast, enums
 from pglast.stream import RawStream
 
-from streambed.server import catalog, numeric
+from streambed.server import catalog, extract, numeric
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError
@@ -123,6 +123,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
                 or names[-1] == "_pg_expandarray"
                 or _is_sum(node)
                 or numeric.is_avg(node)
+                or names[-1] in ("extract", "date_part")
             )
         elif isinstance(node, ast.A_Expr):
             names = _strings(node.name)
@@ -153,38 +154,15 @@ def needs_rewrite(stmt: ast.Node) -> bool:
     return found
 
 
-# Aggregates DuckDB cannot type inside a macro argument (sum(max(x)) OVER ()).
-_AGGREGATE_NAMES = {
-    "sum", "count", "avg", "min", "max", "stddev", "stddev_samp", "stddev_pop", "variance",
-    "var_samp", "var_pop", "bit_and", "bit_or", "bool_and", "bool_or", "every", "string_agg",
-    "array_agg", "json_agg", "jsonb_agg", "mode", "percentile_cont", "percentile_disc",
-    "first", "last", "any_value", SUM_MACRO,
-}  # fmt: skip
-
-
 def _is_sum(node: ast.FuncCall) -> bool:
-    """`sum(x)`: Postgres's sum of int2/int4 is bigint, DuckDB's is HUGEINT (numeric). Not
-    a sum of an aggregate (`sum(count(*)) OVER ()`): DuckDB cannot tell the macro its type,
-    and the sum of a bigint or numeric aggregate is numeric in both."""
+    """`sum(x)`: Postgres's sum of int2/int4 is bigint, DuckDB's is HUGEINT (numeric)."""
     names = _strings(node.funcname)
-    if not (
+    return (
         names[-1:] == ["sum"]
         and names[:-1] in ([], ["pg_catalog"])
         and len(node.args or ()) == 1
         and not node.agg_star
-    ):
-        return False
-    nested = False
-
-    def visit(inner: Any) -> None:
-        nonlocal nested
-        if isinstance(inner, ast.FuncCall) and (
-            inner.over is not None or _strings(inner.funcname)[-1:][0] in _AGGREGATE_NAMES
-        ):
-            nested = True
-
-    _walk(node.args, visit)
-    return not nested
+    )
 
 
 def _is_division(node: ast.A_Expr) -> bool:
@@ -434,6 +412,15 @@ class _Rewriter:
                 for i, a in enumerate(args)
             ]
             return _func("json_object", pairs, schema=None)
+        if len(args) == 2 and not node.over and names[:-1] in ([], ["pg_catalog"]):
+            # Postgres 14+: extract() is numeric, date_part() double precision
+            typed = None
+            if name == "extract" and _sql_syntax(node):
+                typed = extract.extract(args[0], args[1])
+            elif name == "date_part":
+                typed = extract.date_part(args[0], args[1])
+            if typed is not None:
+                return typed
         if name in catalog.COMPAT_FUNCTIONS:
             node.funcname = (ast.String(sval=catalog.SCHEMA), ast.String(sval=name))
         elif _sql_syntax(node) and name in ("extract", "position"):
@@ -451,8 +438,10 @@ class _Rewriter:
         if _is_sum(node) and id(node) not in self.wrapped_sums:
             self.wrapped_sums.add(id(node))
             # the macro picks its result by the argument's type (int2/int4: bigint, which
-            # raises on overflow as Postgres does) and drops that first argument
-            return _func(SUM_MACRO, [args[0], node], schema=None)
+            # raises on overflow as Postgres does) and drops that first argument; for a sum
+            # of aggregates (`sum(max(x)) OVER ()`) a stand-in of the same type
+            proxy = numeric.type_proxy(args[0])
+            return node if proxy is None else _func(SUM_MACRO, [proxy, node], schema=None)
         return node
 
     def session_function(self, name: str, args: list[Any]) -> ast.Node | None:
