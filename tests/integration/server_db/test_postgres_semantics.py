@@ -2,8 +2,10 @@
 the lake database, compared by type OID and value (as psycopg decodes Postgres's answer).
 
 Covers avg() of integers and numerics and division involving numerics (numeric in Postgres,
-double in plain DuckDB), sum() (bigint for int2/int4 in Postgres, HUGEINT in DuckDB), and
-timestamptz computed in the session TimeZone."""
+double in plain DuckDB) as select-list items, per row, in windows, inside expressions, CTEs
+and subqueries; SELECT DISTINCT over them; sum() (bigint for int2/int4 in Postgres, HUGEINT
+in DuckDB), also of an aggregate; extract() (numeric) and date_part() (double precision);
+and timestamptz computed in the session TimeZone."""
 
 from __future__ import annotations
 
@@ -22,6 +24,17 @@ pytestmark = pytest.mark.integration
 
 NUMBERS = "(VALUES (1, 1.25::numeric(10,2), 0.5::float8), (1, 2.5, 1.5), (2, 3, NULL)) v(i, n, f)"
 TS = "'2024-05-01 23:30:00+00'::timestamptz"
+TYPED = (  # NUMBERS with n numeric(10,2) in every row, as a table column is
+    "(SELECT i, n::numeric(10,2) AS n, f FROM (VALUES (1, 1.25, 0.5::float8), (1, 2.5, 1.5), "
+    "(2, 3, NULL)) v(i, n, f)) t"
+)
+DAYS = (
+    "(VALUES (DATE '2024-05-01', TIMESTAMP '2024-05-01 10:20:30.5', "
+    "'2024-05-01 23:30:00.25+00'::timestamptz, INTERVAL '1 day 2 hours 3.25 seconds', "
+    "TIME '10:20:30.5'), (DATE '1999-12-31', TIMESTAMP '1999-12-31 23:59:59', "
+    "'1999-12-31 23:59:59+00'::timestamptz, INTERVAL '1 year 2 months 3 days', "
+    "TIME '00:00:00')) v(d, ts, tz, iv, t)"
+)
 
 QUERIES = [
     f"SELECT avg(i), avg(n), avg(f), avg(i::bigint), avg(i::smallint) FROM {NUMBERS}",
@@ -54,6 +67,34 @@ QUERIES = [
     f"SELECT (SELECT sum(i) FROM {NUMBERS}), coalesce(sum(i), 0) FROM {NUMBERS}",
     "SELECT sum(x) FROM (VALUES (2147483647), (2147483647), (1)) v(x)",
     "SELECT sum(x) FROM (VALUES (1::int)) v(x) WHERE false",
+    # avg() and division inside expressions, CTEs, subqueries, HAVING, WHERE, aggregates
+    f"SELECT i, avg(n) * 100, round(avg(n) * 2, 1), avg(i) + 1 FROM {TYPED} GROUP BY i ORDER BY i",
+    f"WITH a AS (SELECT i, avg(n) AS a FROM {TYPED} GROUP BY i) SELECT i, a, a * 2 FROM a "
+    f"ORDER BY i",
+    f"SELECT (SELECT avg(n) FROM {TYPED}), x FROM (SELECT avg(i) AS x FROM {TYPED}) s",
+    f"SELECT i, sum(n) / count(*) > 1, avg(n) > 2 FROM {TYPED} GROUP BY i ORDER BY i",
+    f"SELECT i FROM {TYPED} GROUP BY i HAVING avg(n) > 2",
+    f"SELECT round(n / 3, 2), round(n / 7, 5) FROM {TYPED} ORDER BY 1",
+    f"SELECT sum(n / 3), max(n / i), min(i / n), avg(n / 3) FROM {TYPED}",
+    f"SELECT n / 3 FROM {TYPED} WHERE n / 3 > 0.5 ORDER BY 1",
+    f"SELECT 100.0 * sum(n) / sum(sum(n)) OVER () FROM {TYPED} GROUP BY i ORDER BY 1",
+    "SELECT b / 3, b / 7.0 FROM (VALUES (9223372036854775807::bigint), (-5::bigint)) v(b)",
+    # SELECT DISTINCT: 1.5000000000000000 and 1.50000000000000000000 are one value
+    "SELECT DISTINCT avg(x) FROM (VALUES (1, 1.5), (2, 1.0), (2, 2.0)) v(g, x) GROUP BY g",
+    f"SELECT DISTINCT n / n FROM {TYPED}",
+    # sum() of an aggregate: int2/int4 bigint, bigint numeric
+    f"SELECT i, sum(max(i)) OVER (), sum(count(*)) OVER (), sum(sum(i)) OVER (), "
+    f"sum(max(i::smallint)) OVER (), sum(max(i::bigint)) OVER () FROM {TYPED} GROUP BY i "
+    f"ORDER BY i",
+    # extract() numeric (Postgres 14+), date_part() double precision
+    f"SELECT extract(year FROM d), extract(dow FROM d), extract(epoch FROM d), "
+    f"date_part('year', d), extract(isodow FROM d), extract(week FROM d) FROM {DAYS}",
+    f"SELECT extract(epoch FROM ts), extract(second FROM ts), extract(milliseconds FROM ts), "
+    f"extract(microseconds FROM ts), date_part('second', ts), date_part('epoch', ts) FROM {DAYS}",
+    f"SELECT extract(hour FROM tz), extract(epoch FROM tz), date_part('hour', tz), "
+    f"extract(epoch FROM iv), extract(second FROM iv), extract(day FROM iv), "
+    f"date_part('epoch', iv), extract(second FROM t), extract(epoch FROM t) FROM {DAYS}",
+    f"SELECT extract(day FROM d) / 2, extract(month FROM d) * 2 FROM {DAYS}",
 ]
 NUMERIC_TEXT = [  # numeric results as Postgres prints them (the scale varies by value)
     "SELECT avg(x), avg(x::numeric(10,2)), avg(DISTINCT x) FROM (VALUES (1), (1), (2)) v(x)",
@@ -65,6 +106,20 @@ NUMERIC_TEXT = [  # numeric results as Postgres prints them (the scale varies by
     "SELECT avg(x) FROM (VALUES (123456789012345678), (123456789012345679)) v(x)",
     "SELECT avg(x), round(avg(x), 3) FROM (VALUES (0.00001), (0.00002)) v(x)",
     "SELECT avg(x) FROM (VALUES (1)) v(x) WHERE false",
+    # per-row division (vectorized), windowed avg(): Postgres's text, value by value
+    f"SELECT i, n / 3, n / i, i / n, n / 7.0, -n / 3, n / 0.3, 1 / n FROM {TYPED} ORDER BY i, n",
+    f"SELECT n / 1000000, n / 3000000.0, -0.000001 / n FROM {TYPED} ORDER BY n",
+    f"SELECT i, n / i AS q FROM {TYPED} ORDER BY q DESC",
+    f"SELECT i, n, avg(n) OVER (PARTITION BY i), avg(i) OVER () FROM {TYPED} ORDER BY i, n",
+    # operands beyond 10^12 or with more than 6 decimals: the scalar path
+    "SELECT x / 3, x / 7, 3 / x FROM (VALUES (123456789012345678901234.5::numeric(30,1)), "
+    "(-100000000000000000000.0::numeric(30,1))) v(x)",
+    "SELECT x / 3, x / 7.5 FROM (VALUES (1.0123456789::numeric(20,10)), "
+    "(-2.5::numeric(20,10))) v(x)",
+    "SELECT b / 7.0, b::numeric(19,0) / 3 FROM (VALUES (9223372036854775807::bigint), "
+    "(-5::bigint)) v(b)",
+    f"SELECT extract(second FROM ts), extract(epoch FROM ts), extract(epoch FROM iv), "
+    f"extract(milliseconds FROM t) FROM {DAYS}",
 ]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]
 
