@@ -334,9 +334,10 @@ class CopyManager:
                         infos.append(late)
                 except StreambedError as e:
                     self._fail((schema, name), e)
-                except psycopg.Error as e:  # the anchor's connection broke
-                    if anchor.alive():
+                except psycopg.Error as e:
+                    if not (anchor.conn.broken or anchor.conn.closed):
                         raise
+                    # The anchor's connection broke: its snapshot is gone.
                     self._expired((schema, name), _anchor_lost(f"{schema}.{name}", e), expired)
             if reached("expire_copy_snapshot"):
                 log(logger, "failpoint expire_copy_snapshot: ending the copy's snapshot")
