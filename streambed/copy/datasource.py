@@ -34,7 +34,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
-from streambed.copy.ranges import BlockRange, copy_statement
+from streambed.copy.ranges import BlockRange, copy_statement, file_rows
 from streambed.lake.convert import convert_column
 from streambed.lake.output import (
     MAX_ROWS_PER_FILE,
@@ -123,6 +123,8 @@ class _RangeReader(DataSourceReader):
         self.row_group_rows = int(options.get("row_group_rows", str(ROW_GROUP_ROWS)))
         self.row_group_bytes = int(options.get("row_group_bytes", str(ROW_GROUP_BYTES)))
         self.max_rows_per_file = int(options.get("max_rows_per_file", str(MAX_ROWS_PER_FILE)))
+        self.rows_per_block = float(options.get("rows_per_block", "0"))
+        self.table_blocks = int(options.get("table_blocks", "0"))
         self.unique: list[str] = json.loads(options.get("unique", "[]"))
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -136,6 +138,8 @@ class _RangeReader(DataSourceReader):
             self.schema_name, self.table, names, BlockRange(partition.start, partition.end)
         )
         fs, base = filesystem(self.output_dir, self.options)
+        end = partition.end if partition.end is not None else self.table_blocks
+        max_rows = file_rows(end - partition.start, self.rows_per_block, self.max_rows_per_file)
         block = self.batch_bytes
         while True:
             # Each attempt (a Spark retry, or a re-read with larger blocks) writes under
@@ -148,7 +152,7 @@ class _RangeReader(DataSourceReader):
                 self.arrow_schema,
                 row_group_rows=self.row_group_rows,
                 row_group_bytes=self.row_group_bytes,
-                max_rows_per_file=self.max_rows_per_file,
+                max_rows_per_file=max_rows,
                 unique=self.unique,
             )
             try:

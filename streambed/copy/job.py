@@ -39,6 +39,7 @@ from streambed.lake.tables import arrow_schema, ensure_table
 from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
 
 if TYPE_CHECKING:
+    from pyspark import StatusTracker
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger("streambed.copy")
@@ -126,6 +127,9 @@ def copy_table(
         "ranges": json.dumps([[r.start, r.end] for r in ranges]),
         "arrow_schema": encode_schema(arrow_schema(table)),
         "output_dir": out,
+        # Each task splits its range into files of about 64 MiB of heap (ranges.file_rows).
+        "rows_per_block": str(info.estimated_rows / info.blocks),
+        "table_blocks": str(info.blocks),
         # A one-column key is unique in every file: written without a dictionary.
         "unique": json.dumps(
             [info.relation.columns[i].name for i in info.key.columns]
@@ -166,23 +170,34 @@ def copy_table(
 
 def wait_for_tasks(spark: SparkSession, group: str) -> None:
     """Wait (bounded) until no task attempt of the job group `group` runs any more: a
-    speculative attempt Spark killed may still be writing when the job's result is in."""
-    tracker = spark.sparkContext.statusTracker()
+    speculative attempt Spark killed may still be writing when the job's result is in.
+    Never raises (it runs after the commit); if Spark cannot tell, it does not wait."""
     deadline = time.monotonic() + TASKS_END_SECONDS
-    while True:
-        active = failed = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job is not None else []:
-                stage = tracker.getStageInfo(stage_id)
-                if stage is not None:
-                    active += stage.numActiveTasks
-                    failed += stage.numFailedTasks
-        if active == 0 or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        while True:
+            active, failed = _attempts(tracker, group)
+            if active == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+    except Exception as e:  # py4j errors when the Spark context is going away
+        logger.warning("cannot tell whether the copy's tasks ended (%s): not waiting", e)
+        return
     if failed:
         time.sleep(KILLED_WORKER_GRACE_SECONDS)
+
+
+def _attempts(tracker: StatusTracker, group: str) -> tuple[int, int]:
+    """(running, failed) task attempts of the job group's stages."""
+    active = failed = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else []:
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                active += stage.numActiveTasks
+                failed += stage.numFailedTasks
+    return active, failed
 
 
 def _plant_leftover(out: str, files: list[str], fs_options: Mapping[str, str]) -> None:

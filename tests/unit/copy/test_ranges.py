@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streambed.copy.ranges import BLOCKS_PER_PARTITION, BlockRange, block_ranges, copy_statement
+from streambed.copy.ranges import (
+    BLOCKS_PER_PARTITION,
+    FILE_BLOCKS,
+    BlockRange,
+    block_ranges,
+    copy_statement,
+    file_rows,
+)
 
 
 @settings(deadline=None)  # timings on a shared machine vary
@@ -105,3 +112,26 @@ def test_copy_statement_quotes_identifiers() -> None:
         'COPY (SELECT "id", "a b" FROM "we""ird"."Orders" '
         "WHERE ctid >= '(2,0)'::tid AND ctid < '(4,0)'::tid) TO STDOUT (FORMAT csv)"
     )
+
+
+def test_a_partition_is_split_evenly_into_files_of_about_64_mib_of_heap() -> None:
+    assert FILE_BLOCKS * 8192 == 64 * 1024 * 1024
+    per_block = 10_000_000 / 163_935  # pgbench_accounts at scale 100
+    rows = file_rows(40_984, per_block, cap=4_000_000)  # a quarter of the table: 2.5M rows
+    assert -(-2_500_000 // rows) == 5  # five files, not five and a sliver
+    assert 500_000 < rows < 551_000
+    assert file_rows(100, 50.0, cap=4_000_000) == 5_500  # a small range: one file
+    assert file_rows(10, 10.0**9, cap=4_000_000) == 4_000_000  # capped
+    assert file_rows(1_000, 0.0, cap=4_000_000) == 4_000_000  # never analyzed
+    assert file_rows(0, 61.0, cap=7) == 7
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 10**6), st.floats(0.01, 500.0), st.floats(0.8, 1.05))
+def test_files_come_out_even_when_the_estimate_is_close(
+    blocks: int, per_block: float, error: float
+) -> None:
+    rows = file_rows(blocks, per_block, cap=10**9)
+    actual = int(blocks * per_block * error)  # the estimate 5% high .. 20% low
+    files = max(1, -(-actual // rows))
+    assert files <= max(1, round(blocks / FILE_BLOCKS))  # never an extra sliver of a file
