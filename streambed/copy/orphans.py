@@ -68,7 +68,7 @@ def remove_orphans(
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         listed = [i.path for i in infos if i.type == pafs.FileType.File]
         doomed = orphans(listed, base, committed, directory)
-    except (OSError, UnsafeSweep) as e:
+    except Exception as e:  # OSError from the store, UnsafeSweep; never raised after a commit
         log(logger, "copy leftovers not removed", logging.WARNING, table=table, error=str(e))
         return 0
     removed = 0
@@ -78,7 +78,7 @@ def remove_orphans(
             removed += 1
         except FileNotFoundError:
             pass
-        except OSError as e:
+        except Exception as e:
             log(logger, "copy leftover not removed", logging.WARNING, path=path, error=str(e))
     if doomed:
         log(logger, "copy leftovers removed", table=table, files=removed)
