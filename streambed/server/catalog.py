@@ -351,7 +351,8 @@ CREATE MACRO {SCHEMA}.jsonb_build_object(a, b) AS json_object(a::VARCHAR, b),
     (a, b, c, d) AS json_object(a::VARCHAR, b, c::VARCHAR, d);
 CREATE MACRO {SCHEMA}.sb_expandarray(a) AS
     list_transform(generate_series(1, len(a)), i -> {{'x': a[i], 'n': i}});
-CREATE MACRO {SCHEMA}.sb_divisor(b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE b END;
+CREATE MACRO {SCHEMA}.sb_divisor(b, a) AS
+    CASE WHEN b = 0 AND a IS NOT NULL THEN error('division by zero') ELSE b END;
 CREATE MACRO {SCHEMA}.quote_ident(x) AS CASE
     WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*') THEN x
     ELSE '"' || replace(x, '"', '""') || '"' END;

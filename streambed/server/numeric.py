@@ -110,6 +110,8 @@ def macros_sql() -> list[str]:
             f"(tx DECIMAL, ty DECIMAL, x, y) AS {exact}, "
             f"(tx BIGINT, ty DECIMAL, x, y) AS {exact}, "
             f"(tx DECIMAL, ty BIGINT, x, y) AS {exact}, "
+            # integer_division makes DuckDB's interval / number fail
+            f"(tx INTERVAL, ty, x, y) AS x * (CAST(1 AS DOUBLE) / y), "
             f"(tx, ty, x, y) AS x / y"
         )
         out.append(

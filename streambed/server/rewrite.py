@@ -352,17 +352,19 @@ class _Rewriter:
                 return match
             if len(names) > 1:
                 node.name = (ast.String(sval=names[-1]),)
-            if numeric.is_div(node):
-                # Postgres's numeric division where the operands are exact (`numeric`)
-                node.rexpr = _func("sb_divisor", [self.transform(node.rexpr)])
-                node.lexpr = self.transform(node.lexpr)
-                as_text = id(node) in self.text_items
-                call = numeric.div_call(node.lexpr, node.rexpr, as_text)
-                # a new node either way: its operands are rewritten already
-                return call or ast.A_Expr(**{attr: getattr(node, attr) for attr in node})
             if _is_division(node):
                 # Postgres raises 22012 for a zero divisor (integer, numeric and float alike)
-                node.rexpr = _func("sb_divisor", [node.rexpr])
+                # unless the dividend is NULL; a new node: its operands are rewritten here
+                lexpr = self.transform(node.lexpr)
+                rexpr = _func("sb_divisor", [self.transform(node.rexpr), lexpr])
+                divided = ast.A_Expr(
+                    kind=node.kind, name=node.name, lexpr=lexpr, rexpr=rexpr, location=node.location
+                )
+                if numeric.is_div(node):
+                    # Postgres's numeric division where the operands are exact (`numeric`)
+                    as_text = id(node) in self.text_items
+                    return numeric.div_call(lexpr, rexpr, as_text) or divided
+                return divided
             return node
         if isinstance(node, ast.TypeCast):
             return self.replace_cast(node)

@@ -79,6 +79,9 @@ QUERIES = [
     f"SELECT n / 3 FROM {TYPED} WHERE n / 3 > 0.5 ORDER BY 1",
     f"SELECT 100.0 * sum(n) / sum(sum(n)) OVER () FROM {TYPED} GROUP BY i ORDER BY 1",
     "SELECT b / 3, b / 7.0 FROM (VALUES (9223372036854775807::bigint), (-5::bigint)) v(b)",
+    # a zero divisor raises 22012 unless the dividend is NULL
+    "SELECT sum(x) / count(x), NULL::int / 0, NULL::int % 0 FROM "
+    "(SELECT 1.5::numeric(10,2) AS x WHERE false) t",
     # SELECT DISTINCT: 1.5000000000000000 and 1.50000000000000000000 are one value
     "SELECT DISTINCT avg(x) FROM (VALUES (1, 1.5), (2, 1.0), (2, 2.0)) v(g, x) GROUP BY g",
     f"SELECT DISTINCT n / n FROM {TYPED}",

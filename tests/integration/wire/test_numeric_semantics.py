@@ -49,6 +49,8 @@ SAME_VALUE = [  # a quotient inside an expression: DECIMAL(38, 20), more trailin
     "SELECT DISTINCT round(price / 3, 1) AS r FROM items ORDER BY r LIMIT 20",
     "SELECT DISTINCT avg(price) FROM items GROUP BY qty % 2 ORDER BY 1",
     "SELECT qty, 100.0 * sum(price) / sum(sum(price)) OVER () FROM items GROUP BY qty ORDER BY qty",
+    "SELECT interval '1 day' / 2, interval '1 month 1 day' / 3, avg(day - DATE '2024-01-01') "
+    "/ 2, max(seen - day) / 3 FROM items",
 ]
 
 
