@@ -91,6 +91,14 @@ PROXY_MACROS_SQL = [
     f"CREATE OR REPLACE MACRO {AVG_PROXY}(x DECIMAL) AS 1.5, (x) AS x",
 ]
 
+TO_NUMERIC = "sb_to_numeric"
+# x::numeric without a precision: a decimal stays as it is, integers become DECIMAL(38, 0),
+# the rest DuckDB's NUMERIC (DECIMAL(18, 3))
+TO_NUMERIC_SQL = (
+    f"CREATE OR REPLACE MACRO {TO_NUMERIC}(tx BIGINT, x) AS CAST(x AS DECIMAL(38,0)), "
+    "(tx DECIMAL, x) AS x, (tx, x) AS CAST(x AS DECIMAL(18,3))"
+)
+
 QUOTIENT = "sb_quotient"
 QUOTIENT_TEXT = "sb_quotient_text"
 DIV, DIV_TEXT, AVG, AVG_TEXT = "sb_div", "sb_div_text", "sb_avg", "sb_avg_text"
@@ -100,7 +108,7 @@ def macros_sql() -> list[str]:
     """The typed macros the rewrite calls: DuckDB picks the overload by the operands' types
     at bind time (int / int: integer division; exact types: the exact quotient; the rest:
     DuckDB's own `/` and avg)."""
-    out = [SUM_MACRO_SQL, *PROXY_MACROS_SQL]
+    out = [SUM_MACRO_SQL, TO_NUMERIC_SQL, *PROXY_MACROS_SQL]
     for div, avg, function in ((DIV, AVG, QUOTIENT), (DIV_TEXT, AVG_TEXT, QUOTIENT_TEXT)):
         exact = _quotient_sql(function, "x", "y")
         # (BIGINT, DECIMAL) and (DECIMAL, BIGINT) spelled out: DuckDB finds sum(int) /

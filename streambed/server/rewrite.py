@@ -140,6 +140,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
         elif isinstance(node, ast.TypeName):
             names = _strings(node.names)
             found = names[-1] in _REG_TYPES or names[-1] in ("name", "oid", "char", "bytea")
+            found = found or (names[-1] in ("numeric", "decimal") and not node.typmods)
         elif isinstance(node, ast.RangeFunction):
             found = _time_travel_call(node) is not None
         elif isinstance(node, ast.ColumnRef):
@@ -496,6 +497,12 @@ class _Rewriter:
             if value is not None:
                 return _func("from_hex", [_const(value.hex())], schema=None)
         node.arg = self.transform(inner)
+        if target in ("numeric", "decimal") and not type_name.typmods and not type_name.arrayBounds:
+            # Postgres's unconstrained numeric keeps the value's digits; DuckDB's NUMERIC is
+            # DECIMAL(18,3): the macro keeps decimals as they are and widens integers
+            proxy = numeric.type_proxy(node.arg)
+            if proxy is not None:
+                return _func(numeric.TO_NUMERIC, [proxy, node.arg], schema=None)
         mapped = _TYPE_MAP.get(target)
         if mapped is not None:
             is_array = mapped.endswith("[]") or bool(type_name.arrayBounds)

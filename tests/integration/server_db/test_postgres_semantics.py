@@ -79,6 +79,10 @@ QUERIES = [
     f"SELECT n / 3 FROM {TYPED} WHERE n / 3 > 0.5 ORDER BY 1",
     f"SELECT 100.0 * sum(n) / sum(sum(n)) OVER () FROM {TYPED} GROUP BY i ORDER BY 1",
     "SELECT b / 3, b / 7.0 FROM (VALUES (9223372036854775807::bigint), (-5::bigint)) v(b)",
+    # ::numeric without a precision keeps a decimal's digits (not DuckDB's DECIMAL(18,3))
+    "SELECT round(avg(x)::numeric, 2), avg(x)::numeric, x::numeric, (x / 3)::numeric, "
+    "sum(i)::numeric / 7, i::numeric FROM (SELECT 1.24499::numeric(10,5) AS x, 1 AS i) t "
+    "GROUP BY x, i",
     # a zero divisor raises 22012 unless the dividend is NULL
     "SELECT sum(x) / count(x), NULL::int / 0, NULL::int % 0 FROM "
     "(SELECT 1.5::numeric(10,2) AS x WHERE false) t",
