@@ -11,13 +11,15 @@ DISTINCT, FILTER and OVER): macros whose typed overloads DuckDB picks at bind ti
 / integer stays integer division, anything involving floats or intervals stays as DuckDB
 computes it (as in Postgres), and the exact types (integers, HUGEINT sums, DECIMAL) go to
 `sb_quotient`, a vectorized Python function (`streambed.server.numeric_batch`: int64
-long division with pyarrow.compute, tens of nanoseconds per row; operands beyond 10^12 or
-with more than 6 decimals take a scalar path, microseconds per row).
+long division in numpy, about a microsecond a row with the text; operands beyond 10^12 or
+with more than 6 decimals take a scalar path, about ten). An operand holding an aggregate
+(`sum(a) / count(*)`) gets a type stand-in without it in the typed argument
+(`type_proxy`): DuckDB cannot type an aggregate there while it picks the overload.
 
-Inside an expression (`avg(x) * 100`, `round(a / b, 2)`, `WHERE a / b > 1`, a CTE, a
-window) the quotient is DECIMAL(38, 20): Postgres's value, padded with zeros to 20
-decimals (quotients below 0.0001 are rounded at 20 decimals; 10^18 or more fail with
-numeric field overflow). A bare select-list item of the outer query (`_text` variants) is
+Inside an expression (`avg(x) * 100`, `round(a / b, 2)`, `WHERE a / b > 1`, a CTE or
+subquery column, a UNION arm) the quotient is DECIMAL(38, 20): Postgres's value, padded
+with zeros to 20 decimals (quotients below 0.0001 are rounded at 20 decimals; 10^18 or
+more fail with numeric field overflow). A bare select-list item of the outer query (`_text` variants) is
 Postgres's text at Postgres's scale, which varies by value (1.3333333333333333,
 2.5000000000000000, 0.000000033333333333333333), in a struct with a double that ORDER BY
 sorts by; the server sends the text as numeric without typmod, like Postgres. SELECT
@@ -25,7 +27,8 @@ DISTINCT and GROUP BY on a quotient use the DECIMAL form, so equal values are on
 
 `sum(x)` anywhere becomes `sb_sum_result(x, sum(x))`, a macro whose typed overloads make the
 sum of int2/int4 bigint (Postgres's type; past 2^63 the cast raises) and leave the others as
-DuckDB sums them.
+DuckDB sums them (for a sum of an aggregate, x is its type stand-in). `x::numeric` without a
+precision becomes `sb_to_numeric(x, x)`: a decimal unchanged, an integer DECIMAL(38, 0).
 """
 
 from __future__ import annotations
