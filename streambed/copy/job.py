@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("streambed.copy")
 
 _register_lock = threading.Lock()
+_registered_in: object = None  # the JVM SparkSession the copy's data source is registered in
 
 JOB_GROUP = "spark.jobGroup.id"
 TASKS_END_SECONDS = 60.0
@@ -301,10 +302,14 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
 
 
 def _register(spark: SparkSession) -> None:
-    # Registered for every copy: a cache keyed by the session object missed sessions that
-    # were stopped and started again (DATA_SOURCE_NOT_FOUND); registering again is cheap.
+    # Once per JVM session: registering again makes Spark log a warning for every copy. The
+    # JVM session, not the Python object, is the key: a session stopped and started again
+    # has a new one and needs the registration again (DATA_SOURCE_NOT_FOUND otherwise).
+    global _registered_in
     with _register_lock:
-        spark.dataSource.register(PgCopySource)
+        if _registered_in is not spark._jsparkSession:
+            spark.dataSource.register(PgCopySource)
+            _registered_in = spark._jsparkSession
     # Copies run in worker threads; Spark looks Python data sources up in the JVM thread's
     # *active* session, which a new thread does not have.
     jvm = spark._jvm  # no public API sets the active session
