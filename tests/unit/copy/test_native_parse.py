@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streambed.copy.client import csv_options
-from streambed.copy.datasource import csv_types, raw_to_table
+from streambed.copy.task import csv_types, raw_to_table
 from streambed.lake.types import INT2, INT4, INT8, TEXT
 from streambed.pgoutput.messages import RelationColumn
 

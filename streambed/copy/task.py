@@ -1,0 +1,153 @@
+"""One copy task: a ctid range of a source table read under the snapshot and written as
+Parquet files (see `streambed.copy.datasource` for the data source and docs/initial-copy.md).
+
+The range is read with `streambed.copy.client.stream_copy` (psql → Arrow's CSV reader), its
+raw columns converted by `streambed.lake.convert` as the stream's values are (integer and
+text columns are parsed by the reader itself, `csv_types`), and written by
+`streambed.lake.output.TaskOutput`. Returns one `(path, rows, bytes)` per file.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import overload
+
+import pyarrow as pa
+
+from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
+from streambed.copy.datasource import copy_failure
+from streambed.copy.ranges import BlockRange, copy_statement, file_rows
+from streambed.lake.convert import convert_column
+from streambed.lake.output import (
+    MAX_ROWS_PER_FILE,
+    ROW_GROUP_BYTES,
+    ROW_GROUP_ROWS,
+    TaskOutput,
+)
+from streambed.lake.types import column_type
+from streambed.merge.pyarrow_source import conform, decode_schema, filesystem
+from streambed.pgoutput.messages import RelationColumn
+
+DEFAULT_BATCH_BYTES = 1024 * 1024
+"""CSV block: smaller blocks stay in the CPU cache (1 MiB parsed faster than 8 MiB here)."""
+MAX_BATCH_BYTES = 2**31 - 1  # Arrow's largest block; a Postgres value is at most 1 GB
+
+
+class ArrowValues(Sequence[bytes | None]):
+    """A binary Arrow array seen as a sequence of values: `pa.array()` takes the array as it
+    is (`__arrow_array__`); Python values are made only if a column needs the slow path."""
+
+    def __init__(self, array: pa.Array) -> None:
+        self.array = array
+        self._values: list[bytes | None] | None = None
+
+    def __arrow_array__(self, type: pa.DataType | None = None) -> pa.Array:
+        return self.array if type is None else self.array.cast(type)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes | None]: ...
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes | None] | None:
+        if self._values is None:
+            self._values = self.array.to_pylist()
+        return self._values[index]
+
+
+def copy_range(
+    options: Mapping[str, str], index: int, start: int, end: int | None
+) -> Iterator[tuple[str, int, int]]:
+    """Copy partition `index`, heap blocks `[start, end)` (`end` None: to the table's end),
+    as the data source's `options` describe; yields each written file."""
+    schema_name, table = options["schema"], options["table"]
+    run_id, output_dir = options["run_id"], options["output_dir"]
+    qualified = f"{schema_name}.{table}"
+    columns = [RelationColumn(0, n, int(o), int(m)) for n, o, m in json.loads(options["columns"])]
+    arrow_schema = decode_schema(options["arrow_schema"])
+    statement = copy_statement(
+        schema_name, table, [c.name for c in columns], BlockRange(start, end)
+    )
+    fs, base = filesystem(output_dir, options)
+    last = end if end is not None else int(options.get("table_blocks", "0"))
+    max_rows = file_rows(
+        last - start,
+        float(options.get("rows_per_block", "0")),
+        int(options.get("max_rows_per_file", str(MAX_ROWS_PER_FILE))),
+    )
+    block = int(options.get("batch_bytes", str(DEFAULT_BATCH_BYTES)))
+    while True:
+        # Each attempt (a Spark retry, or a re-read with larger blocks) writes under its own
+        # names, and a failed one deletes its files.
+        output = TaskOutput(
+            fs,
+            base,
+            output_dir,
+            f"{run_id}-{index:05d}-{uuid.uuid4().hex[:8]}",
+            arrow_schema,
+            row_group_rows=int(options.get("row_group_rows", str(ROW_GROUP_ROWS))),
+            row_group_bytes=int(options.get("row_group_bytes", str(ROW_GROUP_BYTES))),
+            max_rows_per_file=max_rows,
+            unique=json.loads(options.get("unique", "[]")),
+        )
+        try:
+            for raw in stream_copy(
+                options["url"],
+                options["snapshot"],
+                statement,
+                csv_types(columns),
+                application_name=f"streambed-copy {run_id}/{index}",
+                batch_bytes=block,
+                psql=find_psql(),
+            ):
+                output.write(raw_to_table(raw, columns, arrow_schema, qualified))
+            files = output.close()
+            break
+        except RowTooLarge as e:
+            output.discard()
+            if block >= MAX_BATCH_BYTES:
+                raise copy_failure(f"copying {qualified}", e) from None
+            block = min(block * 8, MAX_BATCH_BYTES)
+        except CopyClientError as e:
+            output.discard()
+            raise copy_failure(f"copying {qualified}", e) from None
+        except BaseException:
+            output.discard()
+            raise
+    for f in files:
+        yield (f.uri, f.rows, f.bytes)
+
+
+def csv_types(columns: Sequence[RelationColumn]) -> list[pa.DataType]:
+    """What the CSV reader makes of each column: the parsed type for the kinds it reads as
+    the stream's converter would (`client.NATIVE`), else the raw bytes."""
+    return [NATIVE.get(column_type(c).kind, pa.binary()) for c in columns]
+
+
+def raw_to_table(
+    raw: pa.RecordBatch, columns: Sequence[RelationColumn], arrow_schema: pa.Schema, qualified: str
+) -> pa.Table:
+    """CSV fields (raw bytes, or already parsed: `csv_types`) → a table of the lake table's
+    Arrow schema.
+
+    Each raw column goes through `convert_column`, as streamed values do, then is cast to
+    the lake table's type; a NULL in a required column is an error, never written.
+    """
+    arrays = []
+    for i, column in enumerate(columns):
+        if raw.column(i).type != pa.binary():
+            arrays.append(raw.column(i))
+            continue
+        array, _ = convert_column(
+            ArrowValues(raw.column(i)),
+            column_type(column),
+            where=f"{qualified}.{column.name}",
+            allow_unchanged=False,
+        )
+        arrays.append(array)
+    table = pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+    return conform(table, arrow_schema, by_field_id=False)
