@@ -3,15 +3,13 @@ command tags on Postgres 15 (the oracle) and on the lake database."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError, Watermark
+from streambed.server.database import LakeDatabase, QueryError
 from tests.fixtures.postgres import ThrowawayPostgres
 
 pytestmark = pytest.mark.integration
@@ -29,19 +27,6 @@ commands = st.one_of(
     st.integers(0, ROWS + 2).map(str),
 )
 steps = st.lists(st.tuples(st.sampled_from(["FETCH", "MOVE"]), commands), max_size=12)
-
-
-class _NoTables:
-    def latest(self) -> Watermark | None:
-        return None
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeDatabase]:
-    warehouse: Path = tmp_path_factory.mktemp("warehouse")
-    db = LakeDatabase(DatabaseSettings(warehouse=str(warehouse)), _NoTables())
-    yield db
-    db.close()
 
 
 def _postgres(pg: ThrowawayPostgres, sequence: list[tuple[str, str]]) -> list[Any]:
@@ -76,13 +61,13 @@ def _lake(db: LakeDatabase, sequence: list[tuple[str, str]]) -> list[Any]:
 )
 @given(steps)
 def test_scroll_cursor_moves_as_postgres(
-    pg_server: ThrowawayPostgres, lake: LakeDatabase, sequence: list[tuple[str, str]]
+    pg_server: ThrowawayPostgres, db: LakeDatabase, sequence: list[tuple[str, str]]
 ) -> None:
-    assert _lake(lake, sequence) == _postgres(pg_server, sequence)
+    assert _lake(db, sequence) == _postgres(pg_server, sequence)
 
 
-def test_a_cursor_without_scroll_refuses_to_go_back(lake: LakeDatabase) -> None:
-    session = lake.session()
+def test_a_cursor_without_scroll_refuses_to_go_back(db: LakeDatabase) -> None:
+    session = db.session()
     try:
         session.execute("BEGIN")
         session.execute(f"DECLARE c CURSOR FOR {QUERY}")
@@ -95,8 +80,8 @@ def test_a_cursor_without_scroll_refuses_to_go_back(lake: LakeDatabase) -> None:
         session.close()
 
 
-def test_a_scroll_cursor_with_hold_reads_back_after_commit(lake: LakeDatabase) -> None:
-    session = lake.session()
+def test_a_scroll_cursor_with_hold_reads_back_after_commit(db: LakeDatabase) -> None:
+    session = db.session()
     try:
         session.execute(f"DECLARE h SCROLL CURSOR WITH HOLD FOR {QUERY}")
         assert session.execute("FETCH 3 FROM h").rows() == [(1,), (2,), (3,)]
