@@ -1,26 +1,30 @@
 """Postgres numeric semantics for avg() and division, anywhere in a query.
 
-Postgres's avg() of an integer or numeric column is `numeric`, and so is a division where one
-side is numeric and neither is a float: the exact quotient, rounded half away from zero at
-the scale `select_div_scale` picks (16 significant digits, at least the operands' scales:
+Postgres's avg() of an integer or numeric column is `numeric`, and so is a division where
+one side is numeric and neither is a float: the exact quotient, rounded half away from zero
+at the scale `select_div_scale` picks (16 significant digits, at least the operands' scales:
 1.5000000000000000, 12345.678901234568, 0.66666666666666666667). DuckDB answers both in
 `double precision`. Which one a query needs depends on the operands' types, which only
 binding knows, so the rewrite (`streambed.server.rewrite`) turns every `x / y` into
-`sb_div(x, y, x, y)` and every `avg(x)` into `sb_avg(x, sum(x), count(x), avg(x))` (same
-DISTINCT, FILTER and OVER): macros whose typed overloads DuckDB picks at bind time. Integer
+`sb_div(x', y', x', y', x, y)` and every `avg(x)` into `sb_avg(x', x', sum(x), count(x),
+avg(x))` (same DISTINCT, FILTER and OVER; x', y': the operands' type stand-ins): macros
+whose typed overloads DuckDB picks at bind time. Integer
 / integer stays integer division, anything involving floats or intervals stays as DuckDB
 computes it (as in Postgres), and the exact types (integers, HUGEINT sums, DECIMAL) go to
-`sb_quotient`, a vectorized Python function (`streambed.server.numeric_batch`: int64
-long division in numpy, about a microsecond a row with the text; operands beyond 10^12 or
-with more than 6 decimals take a scalar path, about ten). An operand holding an aggregate
-(`sum(a) / count(*)`) gets a type stand-in without it in the typed argument
-(`type_proxy`): DuckDB cannot type an aggregate there while it picks the overload.
+`sb_quotient`, a vectorized Python function (`streambed.server.numeric_batch`: int64 long
+division in numpy, about a microsecond a row with the text; operands of 10^12 or more or
+with more than 6 decimals, such as a nested quotient, take a scalar path, about ten). An
+operand holding an aggregate (`sum(a) / count(*)`) gets a type stand-in without it in the
+typed argument (`type_proxy`): DuckDB cannot type an aggregate there while it picks the
+overload; a nested division's stand-in is `sb_div_type(x', y')`. The exact branch still
+holds each operand twice, so DuckDB's binding doubles with each level of divisions of
+divisions (8 levels: seconds).
 
 Inside an expression (`avg(x) * 100`, `round(a / b, 2)`, `WHERE a / b > 1`, a CTE or
-subquery column, a UNION arm) the quotient is DECIMAL(38, 20): Postgres's value, padded
-with zeros to 20 decimals (quotients below 0.0001 are rounded at 20 decimals; 10^18 or
-more fail with numeric field overflow). A bare select-list item of the outer query (`_text` variants) is
-Postgres's text at Postgres's scale, which varies by value (1.3333333333333333,
+subquery column, a UNION arm) the quotient is DECIMAL(38, 20): Postgres's value, padded with
+zeros to 20 decimals (quotients below 0.0001 are rounded at 20 decimals; 10^18 or more fail
+with numeric field overflow). A bare select-list item of the outer query (`_text` variants)
+is Postgres's text at Postgres's scale, which varies by value (1.3333333333333333,
 2.5000000000000000, 0.000000033333333333333333), in a struct with a double that ORDER BY
 sorts by; the server sends the text as numeric without typmod, like Postgres. SELECT
 DISTINCT and GROUP BY on a quotient use the DECIMAL form, so equal values are one.
@@ -66,32 +70,39 @@ def _scale_of(value: str) -> str:
     return f"coalesce(try_cast(regexp_extract(typeof({value}), ',(\\d+)\\)', 1) AS INTEGER), 0)"
 
 
-def _fast(value: str) -> str:
-    """SQL: the operand as DECIMAL(18, 6) where that is exact, else NULL."""
-    return (
-        f"CASE WHEN {_scale_of(value)} <= {numeric_batch.FAST_SCALE} "
-        f"THEN try_cast({value} AS {numeric_batch.FAST_TYPE}) END"
-    )
-
-
-def _quotient_sql(function: str, x: str, y: str) -> str:
-    """SQL calling a quotient function on x and y: each as DECIMAL(18, 6), as text where
-    that cast does not hold it, and its scale."""
+def _quotient_sql(function: str, x: str, kx: str, y: str, ky: str) -> str:
+    """SQL calling a quotient function on x and y (scales kx, ky): each as DECIMAL(38, 6)
+    when its scale is at most 6, else as text. x and y appear twice each (one of the two
+    is a constant-false branch): a nested division's macro expands once per appearance."""
     args = []
-    for value in (x, y):
-        fast = _fast(value)
-        args += [fast, f"CASE WHEN {fast} IS NULL THEN CAST({value} AS VARCHAR) END"]
-        args.append(_scale_of(value))
+    for value, scale in ((x, kx), (y, ky)):
+        fast = numeric_batch.FAST_SCALE
+        args += [
+            f"CASE WHEN {scale} <= {fast} THEN CAST({value} AS {numeric_batch.FAST_TYPE}) END",
+            f"CASE WHEN {scale} > {fast} THEN CAST({value} AS VARCHAR) END",
+            scale,
+        ]
     return f"{function}({', '.join(args)})"
 
 
-SUM_PROXY, AVG_PROXY = "sb_sum_type", "sb_avg_type"
-# Stand-ins with the type (integer, exact or other) of sum(x) and avg(x) but no aggregate:
-# DuckDB cannot type an aggregate in a typed macro argument when it picks the overload.
+SUM_PROXY, AVG_PROXY, DIV_PROXY = "sb_sum_type", "sb_avg_type", "sb_div_type"
+NONZERO = "sb_nonzero"
+# Stand-ins with the type of sum(x), avg(x) and x / y (the exact ones with their scale) but
+# without aggregates and without the division's own expansion: DuckDB cannot type an
+# aggregate in a typed macro argument when it picks the overload, and a nested division
+# written out again in the typed argument would double the query at every level.
+_EXACT = "CAST(NULL AS DECIMAL(38,20))"
 PROXY_MACROS_SQL = [
     f"CREATE OR REPLACE MACRO {SUM_PROXY}(x SMALLINT) AS CAST(x AS BIGINT), "
     "(x INTEGER) AS CAST(x AS BIGINT), (x BIGINT) AS CAST(x AS HUGEINT), (x) AS x",
-    f"CREATE OR REPLACE MACRO {AVG_PROXY}(x DECIMAL) AS 1.5, (x) AS x",
+    f"CREATE OR REPLACE MACRO {AVG_PROXY}(x DECIMAL) AS {_EXACT}, (x) AS x",
+    f"CREATE OR REPLACE MACRO {DIV_PROXY}(tx BIGINT, ty BIGINT) AS CAST(NULL AS BIGINT), "
+    f"(tx DECIMAL, ty DECIMAL) AS {_EXACT}, (tx BIGINT, ty DECIMAL) AS {_EXACT}, "
+    f"(tx DECIMAL, ty BIGINT) AS {_EXACT}, (tx INTERVAL, ty) AS tx, "
+    "(tx, ty) AS CAST(NULL AS DOUBLE)",
+    # Postgres raises 22012 for a zero divisor unless the dividend is NULL
+    f"CREATE OR REPLACE MACRO {NONZERO}(b, a) AS "
+    "CASE WHEN b = 0 AND a IS NOT NULL THEN error('division by zero') ELSE b END",
 ]
 
 TO_NUMERIC = "sb_to_numeric"
@@ -110,24 +121,28 @@ DIV, DIV_TEXT, AVG, AVG_TEXT = "sb_div", "sb_div_text", "sb_avg", "sb_avg_text"
 def macros_sql() -> list[str]:
     """The typed macros the rewrite calls: DuckDB picks the overload by the operands' types
     at bind time (int / int: integer division; exact types: the exact quotient; the rest:
-    DuckDB's own `/` and avg)."""
+    DuckDB's own `/` and avg). tx/ty: the operands' type stand-ins for the overload, px/py
+    the same untyped (a typed parameter is cast: its scale would be lost)."""
     out = [SUM_MACRO_SQL, TO_NUMERIC_SQL, *PROXY_MACROS_SQL]
+    params = "px, py, x, y"
+    divided = f"x / {NONZERO}(y, x)"
     for div, avg, function in ((DIV, AVG, QUOTIENT), (DIV_TEXT, AVG_TEXT, QUOTIENT_TEXT)):
-        exact = _quotient_sql(function, "x", "y")
+        exact = _quotient_sql(function, "x", _scale_of("px"), "y", _scale_of("py"))
         # (BIGINT, DECIMAL) and (DECIMAL, BIGINT) spelled out: DuckDB finds sum(int) /
         # sum(numeric) ambiguous between the integer and the decimal overloads otherwise
         out.append(
-            f"CREATE OR REPLACE MACRO {div}(tx BIGINT, ty BIGINT, x, y) AS x / y, "
-            f"(tx DECIMAL, ty DECIMAL, x, y) AS {exact}, "
-            f"(tx BIGINT, ty DECIMAL, x, y) AS {exact}, "
-            f"(tx DECIMAL, ty BIGINT, x, y) AS {exact}, "
+            f"CREATE OR REPLACE MACRO {div}(tx BIGINT, ty BIGINT, {params}) AS {divided}, "
+            f"(tx DECIMAL, ty DECIMAL, {params}) AS {exact}, "
+            f"(tx BIGINT, ty DECIMAL, {params}) AS {exact}, "
+            f"(tx DECIMAL, ty BIGINT, {params}) AS {exact}, "
             # integer_division makes DuckDB's interval / number fail
-            f"(tx INTERVAL, ty, x, y) AS x * (CAST(1 AS DOUBLE) / y), "
-            f"(tx, ty, x, y) AS x / y"
+            f"(tx INTERVAL, ty, {params}) AS x * (CAST(1 AS DOUBLE) / {NONZERO}(y, x)), "
+            f"(tx, ty, {params}) AS {divided}"
         )
+        exact = _quotient_sql(function, "total", _scale_of("px"), "n", "0")
         out.append(
-            f"CREATE OR REPLACE MACRO {avg}(tx DECIMAL, total, n, average) AS "
-            f"{_quotient_sql(function, 'total', 'n')}, (tx, total, n, average) AS average"
+            f"CREATE OR REPLACE MACRO {avg}(tx DECIMAL, px, total, n, average) AS {exact}, "
+            "(tx, px, total, n, average) AS average"
         )
     return out
 
@@ -299,10 +314,10 @@ def _call_proxy(call: ast.FuncCall) -> Any:
     name, args = _name(call), call.args or ()
     if name == SUM_MACRO:  # sb_sum_result(x, sum(x))
         return _call(SUM_PROXY, args[0])
-    if name in (AVG, AVG_TEXT):  # sb_avg(type proxy, sum, count, avg)
+    if name in (AVG, AVG_TEXT):  # sb_avg(proxy x, proxy x, sum, count, avg)
         return _call(AVG_PROXY, args[0])
-    if name in (DIV, DIV_TEXT):  # sb_div(proxy x, proxy y, x, y): the same division of proxies
-        return _call(DIV, args[0], args[1], args[0], args[1])
+    if name in (DIV, DIV_TEXT):  # sb_div(proxy x, proxy y, proxy x, proxy y, x, y)
+        return _call(DIV_PROXY, args[0], args[1])
     aggregate = call.over is not None or call.agg_star or call.agg_distinct or call.agg_filter
     if name in _BIGINT and (aggregate or name == "count"):
         return _cast(ast.A_Const(val=ast.Integer(ival=1)), "bigint")
@@ -333,6 +348,31 @@ def _cast(node: ast.Node, type_name: str) -> ast.TypeCast:
     )
 
 
+def scale_proxy(node: Any) -> Any:
+    """A copy of an (already rewritten) expression with the same type, legal where the
+    expression is, with each nested avg()/division replaced by its small stand-in: what
+    the macros read the scale of with typeof()."""
+    if isinstance(node, tuple | list):
+        items = [scale_proxy(item) for item in node]
+        return tuple(items) if isinstance(node, tuple) else items
+    if not isinstance(node, ast.Node) or isinstance(node, ast.SubLink):
+        return node
+    if isinstance(node, ast.FuncCall):
+        name, args = _name(node), node.args or ()
+        if name in (AVG, AVG_TEXT):
+            return _call(AVG_PROXY, args[0])
+        if name in (DIV, DIV_TEXT):
+            return _call(DIV_PROXY, args[0], args[1])
+    changes = {
+        attr: scale_proxy(getattr(node, attr))
+        for attr in node
+        if isinstance(getattr(node, attr), ast.Node | tuple | list)
+    }
+    if not changes:
+        return node
+    return type(node)(**{**{attr: getattr(node, attr) for attr in node}, **changes})
+
+
 def avg_call(call: ast.FuncCall, as_text: bool) -> ast.FuncCall | None:
     """`avg(x)` (arguments already rewritten) as the typed macro call; None if x's type
     cannot be told at bind time."""
@@ -341,13 +381,16 @@ def avg_call(call: ast.FuncCall, as_text: bool) -> ast.FuncCall | None:
     if proxy is None:
         return None
     total, count = _aggregate(call, "sum"), _aggregate(call, "count")
-    return _call(AVG_TEXT if as_text else AVG, proxy, total, count, call)
+    scale = _aggregate(call, "sum")
+    scale.args = (scale_proxy(arg),)
+    return _call(AVG_TEXT if as_text else AVG, proxy, scale, total, count, call)
 
 
 def div_call(x: ast.Node, y: ast.Node, as_text: bool) -> ast.FuncCall | None:
-    """`x / y` (operands already rewritten) as the typed macro call; None if the operands'
-    types cannot be told at bind time."""
+    """`x / y` (operands already rewritten) as the typed macro call, which also checks for
+    a zero divisor; None if the operands' types cannot be told at bind time."""
     px, py = type_proxy(x), type_proxy(y)
     if px is None or py is None:
         return None
-    return _call(DIV_TEXT if as_text else DIV, px, py, x, y)
+    sx, sy = scale_proxy(x), scale_proxy(y)
+    return _call(DIV_TEXT if as_text else DIV, px, py, sx, sy, x, y)

@@ -3,16 +3,16 @@
 `quotients(x, xs, kx, y, ys, ky)` computes, for every row, x / y as Postgres's numeric
 division answers it (`streambed.server.numeric_math.quotient`: the exact quotient rounded
 half away from zero at the scale select_div_scale picks) and returns Postgres's text of
-each value. DuckDB hands the operands over as DECIMAL(18, 6) (`x`, `y`: exact for values
-below 10^12 with at most 6 decimals) with their own scales `kx`, `ky` (the DuckDB type's,
-which is Postgres's display scale), or, where that cast failed, as text (`xs`, `ys`).
+each value. DuckDB hands the operands over as DECIMAL(38, 6) (`x`, `y`) when their
+scales `kx`, `ky` (the DuckDB type's, which is Postgres's display scale) are at most 6, else
+as text (`xs`, `ys`).
 
 The per-row work is int64 arithmetic in numpy: the base-10000 weights and leading digits of
 both operands give each row's result scale, then long division produces the integer part
 and the fraction in chunks of up to 17 digits (the remainder times 10^chunk stays below
 10^18), which keeps every digit exact without 128-bit arithmetic. Only the chunks' text is
 assembled with pyarrow string kernels (a fixed handful per batch). Rows the int64 path
-cannot hold (text operands, divisors of 10^12 and more) take the scalar Python path.
+cannot hold (text operands, values of 10^12 and more) take the scalar Python path.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import pyarrow.compute as pc
 
 from streambed.server import numeric_math
 
-FAST_SCALE = 6  # the scale of the DECIMAL(18, 6) operands DuckDB passes
-FAST_TYPE = f"DECIMAL(18,{FAST_SCALE})"
+FAST_SCALE = 6  # the scale of the DECIMAL(38, 6) operands DuckDB passes
+FAST_TYPE = f"DECIMAL(38,{FAST_SCALE})"
+_FAST_LIMIT = 10**18  # unscaled operands below this (values below 10^12) take the int64 path
 _FAST_DIVISOR = 10**12  # divisors (times 10^(kx - ky)) below this take the int64 path
 _POWERS = np.array([10**i for i in range(19)], dtype=np.int64)
 
@@ -36,11 +37,20 @@ Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
 
-def _unscaled(values: pa.Array) -> Ints:
-    """The unscaled integers of a decimal128(p <= 18, s) array (0 where NULL)."""
+def _unscaled(values: pa.Array) -> tuple[Ints, Bools]:
+    """The unscaled integers of a decimal128 array where they are below 10^18 in magnitude
+    (else 0), and where that is so (False for NULLs)."""
     words = np.frombuffer(values.buffers()[1], dtype=np.int64)
-    low = words[2 * values.offset : 2 * (values.offset + len(values)) : 2]  # little-endian
-    return np.where(_valid(values), low, 0)
+    pairs = words[2 * values.offset : 2 * (values.offset + len(values))].reshape(-1, 2)
+    low, high = pairs[:, 0], pairs[:, 1]  # little-endian two's complement
+    fits = _valid(values) & (high == (low >> 63)) & (np.abs(low) < _FAST_LIMIT)
+    return np.where(fits, low, 0), fits
+
+
+def _exact(values: pa.Array, row: int) -> int:
+    """The unscaled integer of one decimal128 value."""
+    start = 16 * (values.offset + row)
+    return int.from_bytes(values.buffers()[1][start : start + 16], "little", signed=True)
 
 
 def _arrow(values: Ints) -> pa.Array:
@@ -164,13 +174,12 @@ def _scalar_text(x: str | None, y: str | None, max_scale: int | None) -> str | N
     return numeric_math.text(*numeric_math.quotient(*parsed, max_scale))
 
 
-def _operand_texts(fast: pa.Array, unscaled: Ints, scale: int, text: pa.Array) -> list[str | None]:
-    """Each operand's text at its own scale: from the DECIMAL(18, 6) value, else the text."""
-    valid, texts = _valid(fast), text.to_pylist()
-    return [
-        numeric_math.text(int(unscaled[i]), scale) if valid[i] else texts[i]
-        for i in range(len(texts))
-    ]
+def _operand_text(values: pa.Array, texts: pa.Array, scale: int, row: int) -> str | None:
+    """One operand's text at its own scale: from the DECIMAL(38, 6) value, else the text."""
+    if values[row].is_valid:
+        return numeric_math.text(_exact(values, row) // 10 ** (FAST_SCALE - scale), scale)
+    text: str | None = texts[row].as_py()
+    return text
 
 
 class Quotients(NamedTuple):
@@ -188,13 +197,14 @@ def quotients(
     max_scale: int | None = None,
 ) -> Quotients:
     """Postgres's text of x / y for every row (None where an operand is NULL); at most
-    `max_scale` decimals if given (rounded there instead). `x`/`y`: DECIMAL(18, 6) arrays,
+    `max_scale` decimals if given (rounded there instead). `x`/`y`: DECIMAL(38, 6) arrays,
     NULL where the operand is given as text in `xs`/`ys` instead (or is NULL)."""
     length = len(x)
-    ux = _unscaled(x) // 10 ** (FAST_SCALE - kx)
-    uy = _unscaled(y) // 10 ** (FAST_SCALE - ky)
+    ux, x_fits = _unscaled(x)
+    uy, y_fits = _unscaled(y)
+    ux, uy = ux // 10 ** (FAST_SCALE - kx), uy // 10 ** (FAST_SCALE - ky)
     a, b = np.abs(ux), np.abs(uy)
-    fast = _valid(x) & _valid(y)
+    fast = x_fits & y_fits
     if (fast & (b == 0)).any():
         raise ValueError("division by zero")
     fast &= b < _FAST_DIVISOR // 10 ** max(kx - ky, 0)
@@ -212,9 +222,10 @@ def quotients(
         positions.append(_arrow(rows))
     slow_rows = np.flatnonzero(~fast)
     if len(slow_rows):
-        left = _operand_texts(x, ux, kx, xs)
-        right = _operand_texts(y, uy, ky, ys)
-        slow = [_scalar_text(left[i], right[i], max_scale) for i in slow_rows.tolist()]
+        slow = [
+            _scalar_text(_operand_text(x, xs, kx, i), _operand_text(y, ys, ky, i), max_scale)
+            for i in slow_rows.tolist()
+        ]
         values[slow_rows] = [np.nan if t is None else float(t) for t in slow]
         pieces.append(pa.array(slow, pa.string()))
         positions.append(_arrow(slow_rows))

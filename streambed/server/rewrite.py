@@ -356,16 +356,17 @@ class _Rewriter:
             if _is_division(node):
                 # Postgres raises 22012 for a zero divisor (integer, numeric and float alike)
                 # unless the dividend is NULL; a new node: its operands are rewritten here
-                lexpr = self.transform(node.lexpr)
-                rexpr = _func("sb_divisor", [self.transform(node.rexpr), lexpr])
-                divided = ast.A_Expr(
-                    kind=node.kind, name=node.name, lexpr=lexpr, rexpr=rexpr, location=node.location
-                )
+                lexpr, divisor = self.transform(node.lexpr), self.transform(node.rexpr)
                 if numeric.is_div(node):
                     # Postgres's numeric division where the operands are exact (`numeric`)
                     as_text = id(node) in self.text_items
-                    return numeric.div_call(lexpr, rexpr, as_text) or divided
-                return divided
+                    call = numeric.div_call(lexpr, divisor, as_text)
+                    if call is not None:
+                        return call
+                rexpr = _func("sb_divisor", [divisor, lexpr])
+                return ast.A_Expr(
+                    kind=node.kind, name=node.name, lexpr=lexpr, rexpr=rexpr, location=node.location
+                )
             return node
         if isinstance(node, ast.TypeCast):
             return self.replace_cast(node)
