@@ -57,7 +57,6 @@ SUM_MACRO_SQL = (
 )
 
 SCALE = 20  # decimals of the DECIMAL form: Postgres's largest for quotients of 0.0001 and more
-RESULT_TYPE = f"DECIMAL(38,{SCALE})"
 # A bare avg()/division item: Postgres's text (its scale varies by value) and a double that
 # ORDER BY sorts by. The server sends the text as numeric with typmod -1.
 TEXT_FIELD = "sb_numeric_text"
