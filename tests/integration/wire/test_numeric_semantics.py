@@ -112,3 +112,30 @@ def test_trailing_zeros_inside_expressions(
     assert expected == ([1700], [("200.0000000000000000",)])
     assert got == ([1700], [("200.00000000000000000000",)])
     assert Decimal(got[1][0][0]) == Decimal(expected[1][0][0])
+
+
+PARAMETERIZED = [  # bound as numeric, int and text in both protocols, as psycopg sends them
+    ("SELECT id, price / %s FROM items ORDER BY id LIMIT 5", [Decimal("3")]),
+    ("SELECT id, price / %s, qty / %s FROM items ORDER BY id LIMIT 5", [3, 2]),
+    ("SELECT %s / qty FROM items WHERE qty > 0 ORDER BY id LIMIT 5", [Decimal("7.5")]),
+    ("SELECT sum(price) / %s, count(*) / %s FROM items", [2, Decimal("7")]),
+    ("SELECT %s::numeric / 3", ["1.5"]),
+]
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+@pytest.mark.parametrize(("sql", "params"), PARAMETERIZED)
+def test_parameters_equal_postgres(
+    pg_items: ThrowawayPostgres,
+    server: QueryServer,
+    sql: str,
+    params: list[Any],
+    prepare: bool,
+) -> None:
+    with pg_items.connect() as expected_conn, psycopg.connect(conninfo(server)) as got_conn:
+        results = []
+        for conn in (expected_conn, got_conn):
+            conn.adapters.register_loader("numeric", TextLoader)
+            cur = conn.execute(sql, params, prepare=prepare)
+            results.append(([d.type_code for d in cur.description or ()], cur.fetchall()))
+    assert results[1] == results[0]
