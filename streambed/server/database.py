@@ -868,18 +868,32 @@ class DbSession:
         return self._db.resolve_time_travel(function, table, value)
 
     def _select(self, sql: str, stmt: ast.Node, params: list[object], tag: str) -> QueryResult:
-        text, params, names = self._prepare_select(sql, stmt, params)
-        return self._run(text, params, names, tag)
+        text, bound, names = self._prepare_select(sql, stmt, params)
+        try:
+            return self._run(text, bound, names, tag)
+        except duckdb.Error as e:
+            if not numeric.raised_by_macros(e):
+                raise
+            # a type combination the exact-numeric macros do not resolve: run the query
+            # with DuckDB's own avg() and division rather than fail it
+            log.warning(
+                "exact numeric rewrite failed, running with double precision",
+                extra={"fields": {"error": str(e).splitlines()[0]}},
+            )
+            fresh = pglast.parse_sql(sql)[0].stmt
+            assert fresh is not None
+            text, bound, names = self._prepare_select(sql, fresh, params, exact_numeric=False)
+            return self._run(text, bound, names, tag)
 
     def _prepare_select(
-        self, sql: str | None, stmt: ast.Node, params: list[object]
+        self, sql: str | None, stmt: ast.Node, params: list[object], exact_numeric: bool = True
     ) -> tuple[str, list[object], list[str | None]]:
         """The DuckDB text of a parsed SELECT (rewritten only if needed), its parameters and
         the Postgres column names. `sql` None: print the statement from its parse tree."""
         names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
         if rewrite.needs_rewrite(stmt):
             try:
-                text = rewrite.rewrite(stmt, self._session_values(params))
+                text = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)
             except timetravel.TimeTravelError as e:
                 raise QueryError(str(e), e.sqlstate) from e
             # time-travel arguments given as $n were resolved into constants

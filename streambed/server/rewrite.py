@@ -278,6 +278,7 @@ class _Rewriter:
         self.session = session
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
         self.text_items = text_items  # ids of avg/division nodes sent as numeric text
+        self.exact_numeric = True  # avg(), division, ::numeric as Postgres types them
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -357,7 +358,7 @@ class _Rewriter:
                 # Postgres raises 22012 for a zero divisor (integer, numeric and float alike)
                 # unless the dividend is NULL; a new node: its operands are rewritten here
                 lexpr, divisor = self.transform(node.lexpr), self.transform(node.rexpr)
-                if numeric.is_div(node):
+                if numeric.is_div(node) and self.exact_numeric:
                     # Postgres's numeric division where the operands are exact (`numeric`)
                     as_text = id(node) in self.text_items
                     call = numeric.div_call(lexpr, divisor, as_text)
@@ -436,7 +437,7 @@ class _Rewriter:
             value = getattr(node, attr)
             if value is not None:
                 setattr(node, attr, self.transform(value))
-        if numeric.is_avg(node):
+        if numeric.is_avg(node) and self.exact_numeric:
             call = numeric.avg_call(node, as_text=id(node) in self.text_items)
             return node if call is None else call
         if _is_sum(node) and id(node) not in self.wrapped_sums:
@@ -498,7 +499,12 @@ class _Rewriter:
             if value is not None:
                 return _func("from_hex", [_const(value.hex())], schema=None)
         node.arg = self.transform(inner)
-        if target in ("numeric", "decimal") and not type_name.typmods and not type_name.arrayBounds:
+        if (
+            target in ("numeric", "decimal")
+            and not type_name.typmods
+            and not type_name.arrayBounds
+            and self.exact_numeric
+        ):
             # Postgres's unconstrained numeric keeps the value's digits; DuckDB's NUMERIC is
             # DECIMAL(18,3): the macro keeps decimals as they are and widens integers
             proxy = numeric.type_proxy(node.arg)
@@ -524,9 +530,12 @@ class _Rewriter:
         return node
 
 
-def rewrite(stmt: ast.Node, session: SessionValues) -> str:
-    """Rewrite one parsed statement for DuckDB and return its SQL text."""
-    rewritten = _Rewriter(session, numeric.text_items(stmt)).transform(stmt)
+def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) -> str:
+    """Rewrite one parsed statement for DuckDB and return its SQL text. `exact_numeric`
+    False: avg(), division and ::numeric as DuckDB computes them (`numeric`)."""
+    rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
+    rewriter.exact_numeric = exact_numeric
+    rewritten = rewriter.transform(stmt)
     text: str = RawStream()(rewritten)
     return text
 

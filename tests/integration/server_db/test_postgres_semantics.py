@@ -230,3 +230,21 @@ def test_nested_divisions_bind_in_seconds(lake: LakeDatabase) -> None:
         assert time.monotonic() - started < 20
     finally:
         session.close()
+
+
+def test_unresolved_numeric_macro_falls_back_to_duckdb(tmp_path: Path) -> None:
+    # a type combination the macros cannot resolve must not fail the query: it runs again
+    # with DuckDB's own division (double precision), as before exact numerics
+    db = LakeDatabase(DatabaseSettings(warehouse=str(tmp_path)), _NoTables())
+    try:
+        db._conn.execute(  # both overloads match (DECIMAL, INTEGER): ambiguous
+            "CREATE OR REPLACE MACRO sb_div_text(tx DECIMAL, ty, px, py, x, y) AS 1, "
+            "(tx, ty INTEGER, px, py, x, y) AS 2"
+        )
+        session = db.session()
+        result = session.execute("SELECT 1.5 / 3, avg(x) FROM (VALUES (1), (2)) v(x)")
+        assert [c.type_oid for c in result.columns] == [701, 701]
+        assert result.rows() == [(0.5, 1.5)]
+        session.close()
+    finally:
+        db.close()
