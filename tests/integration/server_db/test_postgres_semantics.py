@@ -81,6 +81,14 @@ QUERIES = [
     f"SELECT n / 3 FROM {TYPED} WHERE n / 3 > 0.5 ORDER BY 1",
     f"SELECT 100.0 * sum(n) / sum(sum(n)) OVER () FROM {TYPED} GROUP BY i ORDER BY 1",
     "SELECT b / 3, b / 7.0 FROM (VALUES (9223372036854775807::bigint), (-5::bigint)) v(b)",
+    # BI shapes: share of total, ROLLUP, a CTE's sum / count
+    "SELECT g, count(*) * 100.0 / sum(count(*)) OVER () AS pct, "
+    "round(100.0 * count(*) / sum(count(*)) OVER (), 2) FROM (VALUES (1), (1), (2)) v(g) "
+    "GROUP BY g ORDER BY g",
+    "SELECT g, avg(x) FROM (VALUES (1, 2), (1, 3), (2, 5)) v(g, x) GROUP BY ROLLUP (g) "
+    "ORDER BY g NULLS LAST",
+    "WITH s AS (SELECT g, sum(x) AS total, count(*) AS n FROM (VALUES (1, 2), (1, 3), (2, 5)) "
+    "v(g, x) GROUP BY g) SELECT g, total / n, total::numeric / n FROM s ORDER BY g",
     # divisions of divisions (the inner quotient is DECIMAL(38,20): the scalar path)
     f"SELECT n / 3 / 7 / i / 2, (n / 3) / (i / 7.0), avg(n / i) / 3 FROM {TYPED} GROUP BY n, i "
     f"ORDER BY 1",
