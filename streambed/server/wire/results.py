@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,11 +70,15 @@ def _fixed(array: pa.Array, dtype: str, width: int, offset: int = 0) -> Fields:
     record["v"] = numbers
     buf = record.tobytes()
     step = 4 + width
-    fields = [buf[i : i + step] for i in range(0, n * step, step)]
+    return _with_nulls([buf[i : i + step] for i in range(0, n * step, step)], array, _NULL)
+
+
+def _with_nulls(values: list[Any], array: pa.Array, null: Any) -> list[Any]:
+    """`values` (one per row of `array`) with `null` at the rows where `array` is null."""
     if array.null_count:
         for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)):
-            fields[i] = _NULL
-    return fields
+            values[i] = null
+    return values
 
 
 def _bool(array: pa.Array) -> Fields:
@@ -198,17 +203,20 @@ def _unscaled_ints(array: pa.Array) -> list[int | None]:
     from the data buffer by numpy: no Decimal objects."""
     if pa.types.is_integer(array.type):
         return array.to_pylist()  # type: ignore[no-any-return]
-    n, offset = len(array), array.offset
-    words = np.frombuffer(array.buffers()[1], dtype="<u8", count=2 * (offset + n))[2 * offset :]
-    low, high = words[0::2], words[1::2].view("<i8")
+    low, high = _decimal_words(array)
     if bool(np.all(high == (low.view("<i8") >> 63))):  # every value fits in 64 bits
         values: list[int | None] = low.view("<i8").tolist()
     else:
         values = [(h << 64) | lo for h, lo in zip(high.tolist(), low.tolist(), strict=True)]
-    if array.null_count:
-        for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)):
-            values[i] = None
-    return values
+    return _with_nulls(values, array, None)
+
+
+def _decimal_words(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The low (unsigned) and high (signed) 64-bit halves of a decimal128 array's unscaled
+    values, from its data buffer."""
+    n, offset = len(array), array.offset
+    words = np.frombuffer(array.buffers()[1], dtype="<u8", count=2 * (offset + n))[2 * offset :]
+    return words[0::2], words[1::2].view("<i8")
 
 
 _INT_GROUPS = 5  # base-10000 digits of an integer part below 2^64
@@ -222,15 +230,12 @@ def _int64_values(array: pa.Array) -> np.ndarray | None:
         if pa.types.is_uint64(array.type) and (pc.max(array).as_py() or 0) >= 2**63:
             return None
         return np.asarray(array.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    n, offset = len(array), array.offset
-    words = np.frombuffer(array.buffers()[1], dtype="<u8", count=2 * (offset + n))[2 * offset :]
-    low, high = words[0::2].view("<i8"), words[1::2].view("<i8")
-    fits = high == (low >> 63)
-    if array.null_count:
-        fits |= ~array.is_valid().to_numpy(zero_copy_only=False)
-    if not bool(np.all(fits)):
+    low, high = _decimal_words(array)
+    signed = low.view("<i8")
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    if not bool(np.all((high == (signed >> 63)) | ~valid)):  # a value beyond 64 bits
         return None
-    return np.where(array.is_valid().to_numpy(zero_copy_only=False), low, 0)
+    return np.where(valid, signed, 0)
 
 
 def numeric_binary_column(unscaled: np.ndarray, scale: int) -> Fields:
@@ -280,11 +285,7 @@ def _numeric(array: pa.Array) -> Fields:
         scale = array.type.scale if pa.types.is_decimal(array.type) else 0
         values = _int64_values(array) if 0 <= scale <= _FAST_SCALE else None
         if values is not None:
-            fields = numeric_binary_column(values, scale)
-            if array.null_count:
-                for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)):
-                    fields[i] = _NULL
-            return fields
+            return _with_nulls(numeric_binary_column(values, scale), array, _NULL)
         encode = numeric_binary_unscaled
         return _prefixed([None if v is None else encode(v, scale) for v in _unscaled_ints(array)])
     if pa.types.is_decimal(array.type):
