@@ -936,9 +936,7 @@ class DbSession:
         self, sql: str, params: list[object], names: list[str | None], tag: str
     ) -> QueryResult:
         self._applied = self._apply_settings(self._cursor, self._applied)
-        self._active = self._cursor
-        self._timed_out = False
-        self._canceled = False
+        self._run_on(self._cursor)
         self._start_timer()
         try:
             opened = self._open_reader(self._cursor, sql, params, names)
@@ -1012,6 +1010,12 @@ class DbSession:
         finally:
             self._stop_timer()
             reader.close()
+
+    def _run_on(self, connection: duckdb.DuckDBPyConnection) -> None:
+        """The statement runs on `connection` (what cancel and the timeout interrupt)."""
+        self._active = connection
+        self._timed_out = False
+        self._canceled = False
 
     def _start_timer(self) -> None:
         timeout = self.statement_timeout
@@ -1127,9 +1131,7 @@ class DbSession:
         conn = self._cursor.cursor()
         try:
             self._apply_settings(conn, None)
-            self._active = conn
-            self._timed_out = False
-            self._canceled = False
+            self._run_on(conn)
             opened = self._open_reader(conn, text, params, names)
         except Exception:
             self._active = self._cursor
@@ -1167,25 +1169,17 @@ class DbSession:
             skip, count = cursors.forward_count(stmt, cursor)
         except cursors.CursorError as e:
             raise QueryError(e.message, e.sqlstate) from e
-        self._active = cursor.connection
-        self._timed_out = False
-        self._canceled = False
+        self._run_on(cursor.connection)
         if stmt.ismove:
             moved = cursor.skip(skip + count)
             return QueryResult([], None, f"MOVE {moved}")
         if skip:
             cursor.skip(skip)
         self._start_timer()
-        result = QueryResult(
-            list(cursor.columns), cursor.take(count), "FETCH", on_close=self._stop_timer
-        )
-        self._open = result
-        return result
+        return self._fetched(cursor, cursor.take(count))
 
     def _scroll_fetch(self, cursor: cursors.SqlCursor, stmt: ast.FetchStmt) -> QueryResult:
-        self._active = cursor.connection
-        self._timed_out = False
-        self._canceled = False
+        self._run_on(cursor.connection)
         self._start_timer()
         try:
             batches = cursor.scroll_fetch(stmt)  # reads ahead as far as the move needs
@@ -1195,9 +1189,10 @@ class DbSession:
         if stmt.ismove:
             self._stop_timer()
             return QueryResult([], None, f"MOVE {sum(b.num_rows for b in batches)}")
-        result = QueryResult(
-            list(cursor.columns), iter(batches), "FETCH", on_close=self._stop_timer
-        )
+        return self._fetched(cursor, iter(batches))
+
+    def _fetched(self, cursor: cursors.SqlCursor, batches: Iterator[pa.RecordBatch]) -> QueryResult:
+        result = QueryResult(list(cursor.columns), batches, "FETCH", on_close=self._stop_timer)
         self._open = result
         return result
 
