@@ -47,13 +47,9 @@ def test_a_table_added_while_streaming_whose_snapshot_expires_is_copied_again(
             f"INSERT INTO late SELECT g, 'v' || g, g, now(), NULL FROM generate_series(1, {ROWS}) g"
         )
     everything = [*TABLES, "public.late"]
-    writer = Writer(d.url, everything)
-    writer.start()
-    try:
+    with Writer(d.url, everything):
         wait_until(lambda: EXPIRED in d.proc.logs(), 240, "the expiry reported", d.proc)
         wait_until(lambda: _all_ready(d, everything), 240, "the new table copied", d.proc)
-    finally:
-        writer.stop()
     logs = d.proc.logs()
     expired = [line for line in logs.splitlines() if EXPIRED in line]
     assert len(expired) == 1, expired
@@ -71,13 +67,9 @@ def test_the_first_start_snapshot_expiring_copies_every_table_under_a_new_one(
 ) -> None:
     d = copy_deployment
     _schema(d.url)
-    writer = Writer(d.url, TABLES)
-    writer.start()
-    try:
+    with Writer(d.url, TABLES):
         d.proc.start({"STREAMBED_FAILPOINTS": "expire_copy_snapshot:1"})
         wait_until(lambda: _all_ready(d, TABLES), 300, "every table copied", d.proc)
-    finally:
-        writer.stop()
     logs = d.proc.logs()
     assert sum(1 for line in logs.splitlines() if EXPIRED in line) == len(TABLES)
     for table in TABLES:

@@ -92,6 +92,13 @@ class Writer(threading.Thread):
         self.join(30)
         assert self.error is None, self.error
 
+    def __enter__(self) -> Writer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def _statuses(d: Deployment) -> dict[str, str]:
     """Read-only, so the running process never waits for the test."""
@@ -116,13 +123,9 @@ def test_first_start_copies_while_a_writer_changes_every_table(
 ) -> None:
     d = copy_deployment
     _schema(d.url)
-    writer = Writer(d.url, TABLES)
-    writer.start()
-    d.proc.start()
-    try:
+    with Writer(d.url, TABLES) as writer:
+        d.proc.start()
         wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
-    finally:
-        writer.stop()
     assert writer.transactions > 10
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
     logs = d.proc.logs()
@@ -146,12 +149,8 @@ def test_table_added_while_streaming_is_copied_with_its_own_seam(
             f"INSERT INTO late SELECT g, 'v' || g, g, now(), NULL FROM generate_series(1, {ROWS}) g"
         )
     everything = [*TABLES, "public.late"]
-    writer = Writer(d.url, everything)
-    writer.start()
-    try:
+    with Writer(d.url, everything):
         wait_until(lambda: _all_ready(d, everything), 240, "the new table copied", d.proc)
-    finally:
-        writer.stop()
     wait_lake_equals_source(d.settings, d.url, everything, d.proc, timeout=180)
     assert d.proc.stop() == 0
 
@@ -161,9 +160,7 @@ def test_sigkill_during_copy_then_restart_redoes_only_unfinished_tables(
 ) -> None:
     d = copy_deployment
     _schema(d.url)
-    writer = Writer(d.url, TABLES)
-    writer.start()
-    try:
+    with Writer(d.url, TABLES):
         d.proc.start({"STREAMBED_FAILPOINTS": "during_copy:2"})
         assert d.proc.wait(timeout=300) == -signal.SIGKILL, d.proc.logs()[-3000:]
         statuses = _statuses(d)
@@ -178,8 +175,6 @@ def test_sigkill_during_copy_then_restart_redoes_only_unfinished_tables(
         first_run_log = len(d.proc.logs())
         d.proc.start()
         wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
-    finally:
-        writer.stop()
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
     second_run = d.proc.logs()[first_run_log:]
     assert "interrupted copy removed" in second_run

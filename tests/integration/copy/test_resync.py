@@ -86,16 +86,12 @@ def test_resync_of_a_ready_table_copies_it_again_while_writes_continue(
     d.proc.start()
     wait_until(lambda: _all_ready(d, TABLES), 240, "every table copied", d.proc)
     assert _copies_committed(d, "public.big_a") == 1
-    writer = Writer(d.url, TABLES)
-    writer.start()
-    try:
+    with Writer(d.url, TABLES) as writer:
         _resync(d, "public.big_a")
         wait_until(
             lambda: _copies_committed(d, "public.big_a") == 2, 240, "the second copy", d.proc
         )
         wait_until(lambda: _all_ready(d, TABLES), 240, "every table ready again", d.proc)
-    finally:
-        writer.stop()
     assert writer.transactions > 10
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
     assert d.proc.stop() == 0
