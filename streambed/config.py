@@ -131,6 +131,13 @@ class Settings:
         "stored value through its Postgres text form).",
         "stop",
     )
+    copy_reader: str = _setting(
+        "STREAMBED_COPY_READER",
+        "How copy tasks read the source: duckdb (binary COPY decoded by DuckDB's postgres "
+        "extension, the fastest) or csv (psql and Arrow's CSV reader; for a Postgres-compatible "
+        "source whose binary COPY DuckDB cannot read).",
+        "duckdb",
+    )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
         "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect).",
@@ -297,6 +304,8 @@ class Settings:
             out.append(f"STREAMBED_STATUS_INTERVAL={self.status_interval} must be above 0 seconds")
         if self.heartbeat_interval < 0:
             out.append("STREAMBED_HEARTBEAT_INTERVAL must be 0 (off) or a positive number")
+        if self.copy_reader not in ("duckdb", "csv"):
+            out.append(f"STREAMBED_COPY_READER={self.copy_reader!r} must be duckdb or csv")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             out.append(f"STREAMBED_LOG_LEVEL={self.log_level!r}: use debug, info, warning or error")
         if self.on_incompatible_schema not in ("stop", "rewrite"):

@@ -1,16 +1,16 @@
 """The Spark Python data source of the copy (`streambed_pg_copy`): ctid ranges in, Parquet out.
 
 One partition per ctid block range. Each task opens its own connection with the
-replication session's output settings, imports the copy's snapshot (`BEGIN ISOLATION LEVEL
-REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT`), and streams `COPY (SELECT ... WHERE
-<ctid range>) TO STDOUT (FORMAT csv)`. The CSV text is cut at row boundaries into chunks of
-`batch_bytes` (a range with a row larger than that is read again with blocks 8x larger),
-parsed by Arrow's CSV reader, and each column converted by
-`streambed.lake.convert` (the code that converts pgoutput values), so copied and streamed
-rows are identical. The same task writes the rows as Parquet with pyarrow
-(`streambed.lake.output`: Iceberg field ids, large row groups) to `output_dir`, a local path
-or an `s3://` URI (pyarrow's filesystems, as `streambed.merge.pyarrow_source`). One chunk
-and one row group are in memory at a time.
+replication session's output settings, imports the copy's snapshot (`SET TRANSACTION
+SNAPSHOT` first in a REPEATABLE READ, READ ONLY transaction), and reads its range
+(`SELECT ... WHERE <ctid range>`) with the configured reader: binary COPY decoded by DuckDB
+(`streambed.copy.duck`, the default) or CSV through psql and Arrow's CSV reader
+(`streambed.copy.client`). Columns the reader cannot decode exactly arrive as their text
+form and are converted by `streambed.lake.convert` (the code that converts pgoutput
+values), so copied and streamed rows are identical. The same task writes the rows as
+Parquet with pyarrow (`streambed.lake.output`: Iceberg field ids, large row groups) to
+`output_dir`, a local path or an `s3://` URI (pyarrow's filesystems, as
+`streambed.merge.pyarrow_source`). One batch and one row group are in memory at a time.
 
 This module is what Spark's planning workers import (to create the source and list its
 partitions), so it imports nothing heavy: a task's work is in `streambed.copy.task`,

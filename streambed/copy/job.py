@@ -100,6 +100,7 @@ def copy_table(
     run_id: str,
     fs_options: Mapping[str, str],
     batch_bytes: int | None = None,
+    reader: str | None = None,
 ) -> CopyResult:
     """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`.
 
@@ -140,6 +141,8 @@ def copy_table(
     }
     if batch_bytes is not None:
         options["batch_bytes"] = str(batch_bytes)
+    if reader is not None:
+        options["reader"] = reader  # `streambed.copy.task`: duckdb (default) or csv
     group = f"streambed-copy-{run_id}"  # names the job's tasks for `wait_for_tasks`
     context = spark.sparkContext
     previous = context.getLocalProperty(JOB_GROUP)

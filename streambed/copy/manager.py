@@ -416,6 +416,7 @@ class CopyManager:
                 frontier=anchor.frontier,
                 run_id=run_id,
                 fs_options=self.fs_options,
+                reader=self.settings.copy_reader,
             )
         except Exception as e:
             error = e if isinstance(e, StreambedError) else StreambedError(str(e))

@@ -1,10 +1,17 @@
 """One copy task: a ctid range of a source table read under the snapshot and written as
 Parquet files (see `streambed.copy.datasource` for the data source and docs/initial-copy.md).
 
-The range is read with `streambed.copy.client.stream_copy` (psql → Arrow's CSV reader), its
-raw columns converted by `streambed.lake.convert` as the stream's values are (integer and
-text columns are parsed by the reader itself, `csv_types`), and written by
-`streambed.lake.output.TaskOutput`. Returns one `(path, rows, bytes)` per file.
+The range is read by one of two readers (the option `reader`):
+
+- `duckdb` (the default): DuckDB's postgres extension reads binary COPY and decodes the
+  columns it decodes exactly (`streambed.copy.duck.native`); the others arrive as their
+  output text.
+- `csv`: psql and Arrow's CSV reader (`streambed.copy.client.stream_copy`); integer and
+  text columns are parsed by the reader (`csv_types`), the others arrive as raw text.
+
+Raw text is converted by `streambed.lake.convert` as the stream's values are, and the rows
+are written by `streambed.lake.output.TaskOutput`. Returns one `(path, rows, bytes)` per
+file.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import pyarrow as pa
 
 from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
 from streambed.copy.datasource import copy_failure
+from streambed.copy.duck import batch_rows, native, restore, select_query, stream_range
 from streambed.copy.ranges import BlockRange, copy_statement, file_rows
 from streambed.lake.convert import convert_column
 from streambed.lake.output import (
@@ -30,6 +38,7 @@ from streambed.lake.types import column_type
 from streambed.merge.pyarrow_source import conform, decode_schema, filesystem
 from streambed.pgoutput.messages import RelationColumn
 
+READERS = ("duckdb", "csv")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 """CSV block: smaller blocks stay in the CPU cache (1 MiB parsed faster than 8 MiB here)."""
 MAX_BATCH_BYTES = 2**31 - 1  # Arrow's largest block; a Postgres value is at most 1 GB
@@ -69,9 +78,10 @@ def copy_range(
     qualified = f"{schema_name}.{table}"
     columns = [RelationColumn(0, n, int(o), int(m)) for n, o, m in json.loads(options["columns"])]
     arrow_schema = decode_schema(options["arrow_schema"])
-    statement = copy_statement(
-        schema_name, table, [c.name for c in columns], BlockRange(start, end)
-    )
+    block_range = BlockRange(start, end)
+    reader = options.get("reader", "duckdb")
+    if reader not in READERS:
+        raise copy_failure(f"copying {qualified}", ValueError(f"unknown copy reader {reader!r}"))
     fs, base = filesystem(output_dir, options)
     last = end if end is not None else int(options.get("table_blocks", "0"))
     max_rows = file_rows(
@@ -94,17 +104,37 @@ def copy_range(
             max_rows_per_file=max_rows,
             unique=json.loads(options.get("unique", "[]")),
         )
+        name = f"streambed-copy {run_id}/{index}"
         try:
-            for raw in stream_copy(
-                options["url"],
-                options["snapshot"],
-                statement,
-                csv_types(columns),
-                application_name=f"streambed-copy {run_id}/{index}",
-                batch_bytes=block,
-                psql=find_psql(),
-            ):
-                output.write(raw_to_table(raw, columns, arrow_schema, qualified))
+            if reader == "duckdb":
+                parsed = [native(c) for c in columns]
+                query = select_query(schema_name, table, columns, block_range.predicate())
+                batches: Iterator[pa.RecordBatch] = (
+                    restore(b, columns)
+                    for b in stream_range(
+                        options["url"],
+                        options["snapshot"],
+                        query,
+                        application_name=name,
+                        batch_rows=batch_rows(float(options.get("rows_per_block", "0"))),
+                    )
+                )
+            else:
+                parsed = [t != pa.binary() for t in csv_types(columns)]
+                statement = copy_statement(
+                    schema_name, table, [c.name for c in columns], block_range
+                )
+                batches = stream_copy(
+                    options["url"],
+                    options["snapshot"],
+                    statement,
+                    csv_types(columns),
+                    application_name=name,
+                    batch_bytes=block,
+                    psql=find_psql(),
+                )
+            for raw in batches:
+                output.write(raw_to_table(raw, columns, arrow_schema, qualified, parsed))
             files = output.close()
             break
         except RowTooLarge as e:
@@ -129,21 +159,29 @@ def csv_types(columns: Sequence[RelationColumn]) -> list[pa.DataType]:
 
 
 def raw_to_table(
-    raw: pa.RecordBatch, columns: Sequence[RelationColumn], arrow_schema: pa.Schema, qualified: str
+    raw: pa.RecordBatch,
+    columns: Sequence[RelationColumn],
+    arrow_schema: pa.Schema,
+    qualified: str,
+    parsed: Sequence[bool],
 ) -> pa.Table:
-    """CSV fields (raw bytes, or already parsed: `csv_types`) → a table of the lake table's
-    Arrow schema.
+    """A reader's batch → a table of the lake table's Arrow schema. `parsed[i]`: column `i`
+    holds values (parsed by the reader), else the text form (string or binary).
 
-    Each raw column goes through `convert_column`, as streamed values do, then is cast to
-    the lake table's type; a NULL in a required column is an error, never written.
+    Each text column goes through `convert_column`, as streamed values do; then every
+    column is cast to the lake table's type; a NULL in a required column is an error,
+    never written.
     """
     arrays = []
     for i, column in enumerate(columns):
-        if raw.column(i).type != pa.binary():
+        if parsed[i]:
             arrays.append(raw.column(i))
             continue
+        text = raw.column(i)
+        if text.type != pa.binary():
+            text = text.cast(pa.binary())
         array, _ = convert_column(
-            ArrowValues(raw.column(i)),
+            ArrowValues(text),
             column_type(column),
             where=f"{qualified}.{column.name}",
             allow_unchanged=False,

@@ -58,8 +58,10 @@ def test_native_parse_equals_the_stream_conversion(
     values: list[tuple[int | None, int | None, int | None, str | None]],
 ) -> None:
     data = "".join(",".join(map(_field, row)) + "\n" for row in values).encode()
-    native = raw_to_table(_read(data, csv_types(COLUMNS)), COLUMNS, SCHEMA, "t")
-    converted = raw_to_table(_read(data, [pa.binary()] * 4), COLUMNS, SCHEMA, "t")
+    types = csv_types(COLUMNS)
+    parsed = [t != pa.binary() for t in types]
+    native = raw_to_table(_read(data, types), COLUMNS, SCHEMA, "t", parsed)
+    converted = raw_to_table(_read(data, [pa.binary()] * 4), COLUMNS, SCHEMA, "t", [False] * 4)
     assert native.equals(converted)
     assert native.to_pylist() == [dict(zip("abcd", row, strict=True)) for row in values]
 

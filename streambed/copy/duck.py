@@ -1,0 +1,233 @@
+"""Reading one copy range with DuckDB's postgres extension: binary COPY, decoded in C++.
+
+The extension (pinned wheel `duckdb-extension-postgres`) runs `COPY (SELECT ...) TO STDOUT
+(FORMAT binary)` over libpq and decodes the rows into DuckDB vectors, which reach Python as
+Arrow batches. Against the CSV path (`streambed.copy.client`: psql, a pipe, Arrow's CSV
+reader) the source's backend spends about a third less CPU (binary send functions instead
+of text output functions and CSV quoting) and no psql process or pipe is needed.
+
+Only columns whose binary form DuckDB decodes to exactly the value the stream's converter
+makes of the text form are read natively (`native`): integers, floats, bool, text, varchar,
+bytea and numeric(p,s) stored as decimal(p,s). Every other column is read as its output
+function's text, `format('%s', column)` run by the source under the replication session's
+settings, and converted by `streambed.lake.convert` as a streamed value is. `char(n)` is
+native: DuckDB drops its trailing blanks, and `restore` pads the values to n characters
+again, as Postgres stores them. (Bare `bpchar` is not: its trailing blanks are data. Dates
+and timestamps are not: DuckDB has no infinity for them in Arrow. Unconstrained numeric is
+not: DuckDB reads it as a double.)
+
+The transaction: DuckDB begins the source transaction (REPEATABLE READ, READ ONLY, the
+attached database is read-only) at its first statement, `SET TRANSACTION SNAPSHOT`, so the
+range's query runs on the same connection under the copy's snapshot.
+
+One DuckDB per process (a Spark Python worker runs its tasks one after another) loads the
+extension once, by path, through a symlink named `postgres_scanner` (the wheel names the
+file `postgres`, but its entry point is `postgres_scanner_duckdb_cpp_init`). DuckDB runs
+one thread and at most `MEMORY_LIMIT` of buffers: a range streams through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from streambed.copy.client import CopyClientError
+from streambed.lake.types import (
+    BOOL,
+    BPCHAR,
+    BYTEA,
+    FLOAT4,
+    FLOAT8,
+    INT2,
+    INT4,
+    INT8,
+    NUMERIC,
+    TEXT,
+    VARCHAR,
+    column_type,
+)
+from streambed.pgoutput.messages import RelationColumn
+from streambed.replication.connection import SESSION_OPTIONS
+
+if TYPE_CHECKING:
+    import duckdb
+
+NATIVE_OIDS: Final = frozenset({BOOL, INT2, INT4, INT8, FLOAT4, FLOAT8, TEXT, VARCHAR, BYTEA})
+BATCH_ROWS: Final = 65536
+BATCH_BYTES: Final = 32 * 1024 * 1024
+MEMORY_LIMIT: Final = "512MB"
+"""DuckDB's buffer limit in a copy task; the range streams through in batches."""
+
+_db: duckdb.DuckDBPyConnection | None = None
+
+
+def batch_rows(rows_per_block: float) -> int:
+    """Rows per Arrow batch: `BATCH_ROWS`, fewer for wide rows so that a batch holds about
+    `BATCH_BYTES` of heap (`rows_per_block`: the table's rows per 8 kB block, 0 unknown).
+    Values moved out of line (TOAST) are not in that estimate."""
+    if rows_per_block <= 0:
+        return BATCH_ROWS
+    return max(1024, min(BATCH_ROWS, int(BATCH_BYTES / (8192 / rows_per_block))))
+
+
+def native(column: RelationColumn) -> bool:
+    """Whether DuckDB's decoding of the column's binary form is the stream's value (after
+    `restore`)."""
+    if column.type_oid == NUMERIC:
+        return column_type(column).kind == "decimal"
+    if column.type_oid == BPCHAR:
+        return _char_length(column) is not None
+    return column.type_oid in NATIVE_OIDS
+
+
+def _char_length(column: RelationColumn) -> int | None:
+    """n of a `char(n)` column; None for bare `bpchar` (typmod -1)."""
+    return column.type_modifier - 4 if column.type_modifier > 4 else None
+
+
+def restore(batch: pa.RecordBatch, columns: Sequence[RelationColumn]) -> pa.RecordBatch:
+    """`char(n)` values padded with blanks to n characters again (DuckDB trims them)."""
+    arrays = list(batch.columns)
+    changed = False
+    for i, c in enumerate(columns):
+        length = _char_length(c) if c.type_oid == BPCHAR else None
+        if length is not None and pa.types.is_string(arrays[i].type):
+            arrays[i] = pad(arrays[i], length)
+            changed = True
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names) if changed else batch
+
+
+def pad(array: pa.Array, width: int) -> pa.Array:
+    """Each string followed by blanks up to `width` characters (`utf8_rpad`, which is
+    several times slower: it works a character at a time)."""
+    if array.offset:
+        array = pa.concat_arrays([array])  # a copy starting at offset 0
+    count = len(array)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=count + 1).astype(np.int64)
+    lengths = np.diff(offsets)
+    chars = pc.utf8_length(array).fill_null(width).to_numpy(zero_copy_only=False)
+    total = np.concatenate(([0], np.cumsum(lengths + np.maximum(width - chars, 0))))
+    if total[-1] > np.iinfo(np.int32).max:
+        return pc.utf8_rpad(array, width=width, padding=" ")
+    out = np.full(int(total[-1]), ord(" "), dtype=np.uint8)
+    used = int(offsets[-1] - offsets[0])
+    if used:
+        data = np.frombuffer(array.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+        row = np.repeat(np.arange(count), lengths)
+        out[total[:-1][row] + np.arange(used) - (offsets[:-1] - offsets[0])[row]] = data
+    return pa.Array.from_buffers(
+        pa.string(),
+        count,
+        [array.buffers()[0], pa.py_buffer(total.astype(np.int32)), pa.py_buffer(out)],
+        null_count=array.null_count,
+    )
+
+
+def select_query(schema: str, table: str, columns: Sequence[RelationColumn], where: str) -> str:
+    """The range's SELECT: native columns as they are, the others as their output text."""
+    items: list[sql.Composable] = []
+    for i, c in enumerate(columns):
+        # Positional names: DuckDB compares names without case ("A" and "a" would clash).
+        alias = sql.Identifier(f"c{i}")
+        name = sql.Identifier(c.name)
+        if native(c):
+            items.append(sql.SQL("{} AS {}").format(name, alias))
+        else:
+            text = "CASE WHEN {0} IS NULL THEN NULL ELSE pg_catalog.format('%s', {0}) END AS {1}"
+            items.append(sql.SQL(text).format(name, alias))
+    return (
+        sql.SQL("SELECT {} FROM {}.{} WHERE {}")
+        .format(
+            sql.SQL(", ").join(items), sql.Identifier(schema), sql.Identifier(table), sql.SQL(where)
+        )
+        .as_string(None)
+    )
+
+
+def conninfo(url: str, application_name: str) -> str:
+    """libpq keywords for the copy's connection: the replication session's settings."""
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
+    params["client_encoding"] = "UTF8"
+    params["application_name"] = application_name[:63]
+    params.setdefault("connect_timeout", "10")
+    return make_conninfo(**params)
+
+
+def _database() -> duckdb.DuckDBPyConnection:
+    """This process's DuckDB with the postgres extension loaded (once: a LOAD checks the
+    extension's signature, 0.2 s of CPU). Each range gets its own cursor and attachment."""
+    global _db
+    import duckdb
+
+    from streambed.server.extensions import extension_path, offline_config
+
+    if _db is None:
+        db = duckdb.connect(config={**offline_config(), "threads": 1, "memory_limit": MEMORY_LIMIT})
+        db.execute("SET enable_progress_bar = false")
+        with tempfile.TemporaryDirectory(prefix="streambed-copy-ext-") as tmp:
+            link = os.path.join(tmp, "postgres_scanner.duckdb_extension")
+            os.symlink(extension_path("postgres"), link)
+            db.execute(f"LOAD {_quote(link)}")
+        _db = db
+    return _db
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def stream_range(
+    url: str, snapshot: str, query: str, *, application_name: str, batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """The rows of `query` run under `snapshot`, as Arrow batches of DuckDB's types."""
+    import duckdb
+
+    alias = f"src_{uuid.uuid4().hex}"
+    db = None
+    attached = False
+    try:
+        try:
+            db = _database().cursor()
+            source = _quote(conninfo(url, application_name))
+            db.execute(f"ATTACH {source} AS {alias} (TYPE postgres, READ_ONLY)")
+            attached = True
+            db.execute("BEGIN")
+            db.execute(
+                f"CALL postgres_execute('{alias}', ?)",
+                [f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}"],
+            )
+            result = db.execute(f"SELECT * FROM postgres_query('{alias}', ?)", [query])
+            yield from result.to_arrow_reader(batch_rows)
+            db.execute("COMMIT")
+        except duckdb.Error as e:
+            raise CopyClientError(_message(e)) from None
+    finally:
+        if db is not None:
+            with contextlib.suppress(duckdb.Error):
+                db.execute("ROLLBACK")
+            if attached:
+                with contextlib.suppress(duckdb.Error):
+                    db.execute(f"DETACH {alias}")
+            with contextlib.suppress(duckdb.Error):
+                db.close()
+
+
+def _message(error: BaseException) -> str:
+    """The source's message out of DuckDB's wrapping ("IO Error: Unable to query
+    PostgreSQL: ERROR:  ...")."""
+    text = " ".join(str(error).split())
+    for mark in ("ERROR: ", "FATAL: "):
+        if mark in text:
+            return text[text.index(mark) + len(mark) :].strip()
+    return text

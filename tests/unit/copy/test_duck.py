@@ -1,0 +1,81 @@
+"""The DuckDB reader's pure parts: which columns it decodes, its query, char(n) padding."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streambed.copy.duck import _message, batch_rows, native, pad, restore, select_query
+from streambed.lake.types import BPCHAR, DATE, INT4, NUMERIC, TEXT
+from streambed.pgoutput.messages import RelationColumn
+
+JSONB = 3802
+
+
+def _numeric(precision: int, scale: int) -> int:
+    return ((precision << 16) | scale) + 4
+
+
+def test_native_columns_are_those_duckdb_decodes_to_the_streams_value() -> None:
+    assert native(RelationColumn(0, "a", INT4, -1))
+    assert native(RelationColumn(0, "t", TEXT, -1))
+    assert native(RelationColumn(0, "n", NUMERIC, _numeric(10, 2)))
+    assert native(RelationColumn(0, "c", BPCHAR, 5 + 4))
+    assert not native(RelationColumn(0, "n", NUMERIC, -1))  # DuckDB: double
+    assert not native(RelationColumn(0, "b", BPCHAR, -1))  # blanks are data
+    assert not native(RelationColumn(0, "d", DATE, -1))  # infinity
+    assert not native(RelationColumn(0, "j", JSONB, -1))
+
+
+def test_the_query_names_columns_by_position_and_renders_the_others_as_text() -> None:
+    columns = [RelationColumn(0, "A", INT4, -1), RelationColumn(0, "a", DATE, -1)]
+    query = select_query("s", 'we"ird', columns, "ctid >= '(0,0)'::tid")
+    assert query == (
+        'SELECT "A" AS "c0", CASE WHEN "a" IS NULL THEN NULL '
+        'ELSE pg_catalog.format(\'%s\', "a") END AS "c1" '
+        'FROM "s"."we""ird" WHERE ctid >= \'(0,0)\'::tid'
+    )
+
+
+def test_batches_hold_fewer_rows_when_rows_are_wide() -> None:
+    assert batch_rows(0) == 65536  # never analyzed
+    assert batch_rows(61) == 65536  # pgbench_accounts: 134 bytes a row
+    assert batch_rows(1) == 4096  # 8 kB rows: 32 MiB
+    assert batch_rows(0.001) == 1024
+
+
+def test_the_source_message_is_taken_out_of_duckdbs_wrapping() -> None:
+    wrapped = 'IO Error: Unable to query PostgreSQL: ERROR:  relation "public.t" does not exist'
+    assert _message(Exception(wrapped)) == 'relation "public.t" does not exist'
+    assert _message(Exception("Binder Error: x")) == "Binder Error: x"
+
+
+chars = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | chars, max_size=30), st.integers(1, 10), st.integers(0, 3))
+def test_pad_equals_arrows_rpad(values: list[str | None], width: int, skip: int) -> None:
+    array = pa.array(values, pa.string()).slice(min(skip, len(values)))
+    expected = pc.utf8_rpad(array, width=width, padding=" ")
+    padded = pad(array, width)
+    padded.validate(full=True)
+    assert padded.equals(expected)
+
+
+def test_restore_pads_only_char_n_columns() -> None:
+    batch = pa.record_batch(
+        [pa.array(["ab", None]), pa.array(["ab", "x"]), pa.array([1, 2], pa.int32())],
+        names=["c0", "c1", "c2"],
+    )
+    columns = [
+        RelationColumn(0, "c", BPCHAR, 4 + 4),
+        RelationColumn(0, "b", BPCHAR, -1),
+        RelationColumn(0, "i", INT4, -1),
+    ]
+    out = restore(batch, columns)
+    assert out.column(0).to_pylist() == ["ab  ", None]
+    assert out.column(1).to_pylist() == ["ab", "x"]
+    assert out.column(2).to_pylist() == [1, 2]
