@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -154,14 +155,28 @@ def select_query(schema: str, table: str, columns: Sequence[RelationColumn], whe
     )
 
 
-def conninfo(url: str, application_name: str) -> str:
-    """libpq keywords for the copy's connection: the replication session's settings."""
+def conninfo(url: str, application_name: str, passfile: str) -> tuple[str, str | None]:
+    """libpq keywords for the copy's connection, with the replication session's settings,
+    and the password to write to `passfile`. The password is not among the keywords:
+    DuckDB quotes the whole connection string in some errors ("Unable to connect to
+    Postgres at ...")."""
     params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    password = params.pop("password", None)
+    if password is not None:
+        params["passfile"] = passfile
     params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
     params["client_encoding"] = "UTF8"
     params["application_name"] = application_name[:63]
     params.setdefault("connect_timeout", "10")
-    return make_conninfo(**params)
+    return make_conninfo(**params), password
+
+
+def _write_passfile(path: str, password: str) -> None:
+    """A libpq password file (0600) whose one line matches any server, database and user."""
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"*:*:*:*:{escaped}\n")
 
 
 def _database() -> duckdb.DuckDBPyConnection:
@@ -196,11 +211,14 @@ def stream_range(
     alias = f"src_{uuid.uuid4().hex}"
     db = None
     attached = False
+    tmp = tempfile.TemporaryDirectory(prefix="streambed-copy-")
     try:
         try:
+            keywords, password = conninfo(url, application_name, os.path.join(tmp.name, "pgpass"))
+            if password is not None:
+                _write_passfile(os.path.join(tmp.name, "pgpass"), password)
             db = _database().cursor()
-            source = _quote(conninfo(url, application_name))
-            db.execute(f"ATTACH {source} AS {alias} (TYPE postgres, READ_ONLY)")
+            db.execute(f"ATTACH {_quote(keywords)} AS {alias} (TYPE postgres, READ_ONLY)")
             attached = True
             db.execute("BEGIN")
             db.execute(
@@ -221,12 +239,13 @@ def stream_range(
                     db.execute(f"DETACH {alias}")
             with contextlib.suppress(duckdb.Error):
                 db.close()
+        tmp.cleanup()
 
 
 def _message(error: BaseException) -> str:
     """The source's message out of DuckDB's wrapping ("IO Error: Unable to query
     PostgreSQL: ERROR:  ...")."""
-    text = " ".join(str(error).split())
+    text = re.sub(r"password=('(\\.|[^'])*'|\S+)", "password=***", " ".join(str(error).split()))
     for mark in ("ERROR: ", "FATAL: "):
         if mark in text:
             return text[text.index(mark) + len(mark) :].strip()

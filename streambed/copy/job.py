@@ -30,7 +30,7 @@ from streambed.copy.datasource import ERROR_MARK, READER, PgCopySource
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import block_ranges
 from streambed.copy.snapshot import SnapshotExpired, snapshot_expired
-from streambed.errors import Kind, SchemaError, SourceError, StreambedError
+from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
 from streambed.lake.evolve import PROP_ATTNUMS
@@ -113,6 +113,8 @@ def copy_table(
             raise StreambedError(f"{info.qualified}: a non-empty table needs Spark to copy")
         location = truncate_commit(table, added=[], lsn=frontier)
         return CopyResult(info.qualified, 0, 0, 0, frontier, location, time.monotonic() - started)
+    if (reader or "duckdb") == "duckdb":
+        _check_duckdb_reader()
     _register(spark)
     out = output_dir(table, run_id)
     ranges = block_ranges(info.blocks, slots=task_slots(spark))
@@ -170,6 +172,17 @@ def copy_table(
     return CopyResult(
         info.qualified, rows, len(files), size, frontier, location, time.monotonic() - started
     )
+
+
+def _check_duckdb_reader() -> None:
+    """The DuckDB reader's extension is installed here (the tasks need it too): a clear
+    error before any task starts."""
+    from streambed.server.extensions import extension_path
+
+    try:
+        extension_path("postgres")
+    except ConfigError as e:
+        raise ConfigError(f"{e}; or set STREAMBED_COPY_READER=csv to copy with psql") from None
 
 
 def wait_for_tasks(spark: SparkSession, group: str) -> None:

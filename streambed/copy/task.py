@@ -27,6 +27,7 @@ from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psq
 from streambed.copy.datasource import copy_failure
 from streambed.copy.duck import batch_rows, native, restore, select_query, stream_range
 from streambed.copy.ranges import BlockRange, copy_statement, file_rows
+from streambed.errors import ConfigError
 from streambed.lake.convert import convert_column
 from streambed.lake.output import (
     MAX_ROWS_PER_FILE,
@@ -142,7 +143,7 @@ def copy_range(
             if block >= MAX_BATCH_BYTES:
                 raise copy_failure(f"copying {qualified}", e) from None
             block = min(block * 8, MAX_BATCH_BYTES)
-        except CopyClientError as e:
+        except (CopyClientError, ConfigError) as e:  # ConfigError: no DuckDB extension here
             output.discard()
             raise copy_failure(f"copying {qualified}", e) from None
         except BaseException:

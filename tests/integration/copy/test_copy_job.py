@@ -171,3 +171,49 @@ def test_a_row_larger_than_the_csv_block_is_read_again_with_larger_blocks(
     out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
     live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
     assert set(out.rglob("*.parquet")) == live
+
+
+def test_the_duckdb_reader_connects_with_any_password_and_never_shows_it(
+    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    """The password goes to a 0600 libpq password file, not the connection string DuckDB
+    quotes in its errors; `:` and `\\` in it are escaped there."""
+    password = "p:a\\ss' w=rd"
+    _source(pg_db.url)
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL("CREATE ROLE copier LOGIN REPLICATION PASSWORD {}").format(
+                psycopg.sql.Literal(password)
+            )
+        )
+        conn.execute("GRANT SELECT ON items TO copier")
+    parts = psycopg.conninfo.conninfo_to_dict(pg_db.url)
+    url = psycopg.conninfo.make_conninfo(
+        **{**{k: str(v) for k, v in parts.items()}, "user": "copier", "password": password}
+    )
+    catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        info = table_info(anchor.conn, "public", "items")
+        table = lake_table(catalog, info)
+
+        def copy(source_url: str) -> int:
+            return copy_table(
+                spark,
+                table,
+                info,
+                url=source_url,
+                snapshot=anchor.snapshot_name,
+                frontier=anchor.frontier,
+                run_id=uuid.uuid4().hex[:12],
+                fs_options={},
+                reader="duckdb",
+            ).rows
+
+        assert copy(url) == ROWS
+        with pytest.raises(SourceError) as raised:
+            copy(psycopg.conninfo.make_conninfo(url, port="1"))
+    finally:
+        anchor.close()
+    assert "Connection refused" in str(raised.value)
+    assert "p:a" not in str(raised.value) and "w=rd" not in str(raised.value)

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psycopg.conninfo import conninfo_to_dict
 
-from streambed.copy.duck import _message, batch_rows, native, pad, restore, select_query
+from streambed.copy.duck import (
+    _message,
+    _write_passfile,
+    batch_rows,
+    conninfo,
+    native,
+    pad,
+    restore,
+    select_query,
+)
 from streambed.lake.types import BPCHAR, DATE, INT4, NUMERIC, TEXT
 from streambed.pgoutput.messages import RelationColumn
 
@@ -79,3 +91,25 @@ def test_restore_pads_only_char_n_columns() -> None:
     assert out.column(0).to_pylist() == ["ab  ", None]
     assert out.column(1).to_pylist() == ["ab", "x"]
     assert out.column(2).to_pylist() == [1, 2]
+
+
+def test_the_password_goes_to_a_password_file_not_the_keywords(tmp_path: Path) -> None:
+    passfile = str(tmp_path / "pgpass")
+    keywords, password = conninfo(
+        "postgresql://u:p%3Aw%5Cd@h:5/db?options=-c%20work_mem%3D1MB", "app", passfile
+    )
+    assert password == "p:w\\d" and "p:w" not in keywords
+    parsed = conninfo_to_dict(keywords)
+    assert parsed["passfile"] == passfile and parsed["application_name"] == "app"
+    assert str(parsed["options"]).startswith("-c work_mem=1MB -c DateStyle=ISO,MDY")
+    _write_passfile(passfile, password)
+    assert (tmp_path / "pgpass").read_text() == "*:*:*:*:p\\:w\\\\d\n"
+    assert (tmp_path / "pgpass").stat().st_mode & 0o777 == 0o600
+    keywords, password = conninfo("host=h dbname=db", "app", passfile)
+    assert password is None and "passfile" not in conninfo_to_dict(keywords)
+
+
+def test_a_password_in_duckdbs_message_is_hidden() -> None:
+    wrapped = "IO Error: Unable to connect to Postgres at \"user=u password='a b' host=h\": refused"
+    assert "a b" not in _message(Exception(wrapped))
+    assert "password=*** host=h" in _message(Exception("at password=secret host=h"))
