@@ -7,7 +7,8 @@ count, `after_commit_before_state:3`, to fire on the third time instead.
 Some points do something instead of killing the process (`reached` tells the code when):
 `copy_leftover_file` plants a file in a copy's run directory as a failed task attempt
 leaves it, `expire_copy_snapshot` ends the transaction that holds a copy's snapshot before
-its tasks import it. They fire on their count, or on each hit of a range
+its tasks import it, `kill_start_snapshot` terminates the session holding the first
+start's snapshot before its copy begins. They fire on their count, or on each hit of a range
 (`expire_copy_snapshot:2-4`: the second, third and fourth time).
 """
 
@@ -27,6 +28,7 @@ KNOWN = frozenset(
         "after_copy_commit",
         "copy_leftover_file",
         "expire_copy_snapshot",
+        "kill_start_snapshot",
     }
 )
 

@@ -307,6 +307,8 @@ class CopyManager:
 
     def _copy_batch(self, batch: _Batch) -> None:
         anchor = batch.anchor
+        if anchor is not None and reached("kill_start_snapshot"):
+            self._terminate(anchor)
         if anchor is not None and not anchor.alive():
             log(
                 logger,
@@ -351,6 +353,13 @@ class CopyManager:
             anchor.close()
         if expired:  # copied again under a new snapshot; their holds stay
             self._queue.put(_Batch(tuple(expired), None))
+
+    def _terminate(self, anchor: SnapshotAnchor) -> None:
+        """Failpoint `kill_start_snapshot`: the source ends the first start's snapshot
+        transaction (`pg_terminate_backend`), as an operator or a timeout would."""
+        log(logger, "failpoint kill_start_snapshot: terminating the snapshot's session")
+        with sql_connect(self.settings.source_url) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (anchor.conn.info.backend_pid,))
 
     def _with_base_types(self, info: TableInfo) -> TableInfo:
         if self.base_types is None:

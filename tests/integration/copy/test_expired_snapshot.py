@@ -78,6 +78,26 @@ def test_the_first_start_snapshot_expiring_copies_every_table_under_a_new_one(
     assert d.proc.stop() == 0
 
 
+def test_a_first_start_snapshot_already_dead_is_replaced_before_the_copy_begins(
+    copy_deployment: Deployment,
+) -> None:
+    """The session holding the new slot's snapshot is terminated before the copy starts:
+    the copy notices at once and takes a new snapshot; no table is copied twice."""
+    d = copy_deployment
+    _schema(d.url)
+    with Writer(d.url, TABLES):
+        d.proc.start({"STREAMBED_FAILPOINTS": "kill_start_snapshot"})
+        wait_until(lambda: _all_ready(d, TABLES), 300, "every table copied", d.proc)
+    logs = d.proc.logs()
+    assert "failpoint kill_start_snapshot" in logs
+    assert "the snapshot of the new slot expired before the copy began" in logs
+    assert EXPIRED not in logs  # no task ever tried the dead snapshot
+    for table in TABLES:
+        assert _copies_started(d, table) == 1, table
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
+    assert d.proc.stop() == 0
+
+
 def test_a_snapshot_that_keeps_expiring_is_reported_with_the_command_to_run(
     copy_deployment: Deployment,
 ) -> None:
