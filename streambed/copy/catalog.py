@@ -25,6 +25,15 @@ class TableInfo:
     blocks: int  # heap blocks now (at least pg_class.relpages)
     estimated_rows: int  # pg_class.reltuples; 0 when never analyzed
     attnums: tuple[tuple[str, int], ...] = ()  # (column name, pg attnum) at the snapshot
+    toast_bytes: int = 0  # its TOAST table's size: values stored out of line
+
+    def row_bytes(self) -> float:
+        """Estimated bytes of a row with its out-of-line values (stored size: TOAST may be
+        compressed); 0 when unknown (never analyzed and nothing out of line)."""
+        heap = self.blocks * 8192
+        if self.estimated_rows > 0:
+            return (heap + self.toast_bytes) / self.estimated_rows
+        return float(self.toast_bytes and 1024 * 1024)  # unknown rows, large values: assume big
 
     @property
     def schema(self) -> str:
@@ -56,7 +65,11 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
                         (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
                          FROM pg_partition_tree(c.oid) t WHERE t.isleaf))
                  / current_setting('block_size')::int,
-               has_table_privilege(c.oid, 'SELECT')
+               has_table_privilege(c.oid, 'SELECT'),
+               greatest(coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0),
+                        (SELECT coalesce(sum(pg_relation_size(nullif(p.reltoastrelid, 0))), 0)
+                         FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid
+                         WHERE t.isleaf))
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
         """,
@@ -67,7 +80,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
             f"{qualified} no longer exists in the source; it is left out of the copy",
             kind=Kind.SOURCE_SETUP,
         )
-    oid, replident, relpages, reltuples, blocks, may_select = row
+    oid, replident, relpages, reltuples, blocks, may_select, toast_bytes = row
     if not may_select:
         raise SourceError(
             f"cannot copy {qualified}: the role may not SELECT from it. Run GRANT SELECT ON "
@@ -107,6 +120,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         blocks=max(int(relpages), int(blocks)),
         estimated_rows=max(0, int(reltuples)),
         attnums=tuple((str(attname), int(attnum)) for attname, _, _, attnum in columns),
+        toast_bytes=int(toast_bytes),
     )
 
 

@@ -65,20 +65,30 @@ if TYPE_CHECKING:
 
 NATIVE_OIDS: Final = frozenset({BOOL, INT2, INT4, INT8, FLOAT4, FLOAT8, TEXT, VARCHAR, BYTEA})
 BATCH_ROWS: Final = 65536
-BATCH_BYTES: Final = 32 * 1024 * 1024
+BATCH_BYTES: Final = 64 * 1024 * 1024
+MIN_BATCH_ROWS: Final = 16
+WIDE_ROW_BYTES: Final = 16 * 1024
+"""Rows wider than this on average (`TableInfo.row_bytes`, stored size) are read with the
+csv reader: DuckDB fills a vector of 2048 rows before it hands any on, and 2048 such rows,
+decompressed and copied to Arrow, would not fit in `MEMORY_LIMIT`."""
 MEMORY_LIMIT: Final = "512MB"
 """DuckDB's buffer limit in a copy task; the range streams through in batches."""
 
 _db: duckdb.DuckDBPyConnection | None = None
 
 
-def batch_rows(rows_per_block: float) -> int:
+def batch_rows(row_bytes: float) -> int:
     """Rows per Arrow batch: `BATCH_ROWS`, fewer for wide rows so that a batch holds about
-    `BATCH_BYTES` of heap (`rows_per_block`: the table's rows per 8 kB block, 0 unknown).
-    Values moved out of line (TOAST) are not in that estimate."""
-    if rows_per_block <= 0:
+    `BATCH_BYTES` (`row_bytes`: the table's estimated bytes a row, out-of-line values
+    included, `TableInfo.row_bytes`; 0 unknown). Out-of-line values may be stored
+    compressed, so a row is counted as 4 times its stored size."""
+    if row_bytes <= 0:
         return BATCH_ROWS
-    return max(1024, min(BATCH_ROWS, int(BATCH_BYTES / (8192 / rows_per_block))))
+    return max(MIN_BATCH_ROWS, min(BATCH_ROWS, int(BATCH_BYTES / (4 * row_bytes))))
+
+
+class OutOfMemory(CopyClientError):
+    """DuckDB ran out of its memory limit: read the range with the csv reader."""
 
 
 def native(column: RelationColumn) -> bool:
@@ -203,7 +213,13 @@ def _quote(text: str) -> str:
 
 
 def stream_range(
-    url: str, snapshot: str, query: str, *, application_name: str, batch_rows: int = BATCH_ROWS
+    url: str,
+    snapshot: str,
+    query: str,
+    *,
+    application_name: str,
+    batch_rows: int = BATCH_ROWS,
+    memory_limit: str = MEMORY_LIMIT,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of `query` run under `snapshot`, as Arrow batches of DuckDB's types."""
     import duckdb
@@ -218,6 +234,7 @@ def stream_range(
             if password is not None:
                 _write_passfile(os.path.join(tmp.name, "pgpass"), password)
             db = _database().cursor()
+            db.execute(f"SET memory_limit = {_quote(memory_limit)}")  # one per process
             db.execute(f"ATTACH {_quote(keywords)} AS {alias} (TYPE postgres, READ_ONLY)")
             attached = True
             db.execute("BEGIN")
@@ -225,9 +242,12 @@ def stream_range(
                 f"CALL postgres_execute('{alias}', ?)",
                 [f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}"],
             )
-            result = db.execute(f"SELECT * FROM postgres_query('{alias}', ?)", [query])
+            # `sql` streams (`execute` would gather the whole result first).
+            result = db.sql(f"SELECT * FROM postgres_query('{alias}', ?)", params=[query])
             yield from result.to_arrow_reader(batch_rows)
             db.execute("COMMIT")
+        except duckdb.OutOfMemoryException as e:
+            raise OutOfMemory(_message(e)) from None
         except duckdb.Error as e:
             raise CopyClientError(_message(e)) from None
     finally:
@@ -246,6 +266,7 @@ def _message(error: BaseException) -> str:
     """The source's message out of DuckDB's wrapping ("IO Error: Unable to query
     PostgreSQL: ERROR:  ...")."""
     text = re.sub(r"password=('(\\.|[^'])*'|\S+)", "password=***", " ".join(str(error).split()))
+    text = text.split(" Possible solutions:")[0]  # DuckDB's tuning hints after an OOM
     for mark in ("ERROR: ", "FATAL: "):
         if mark in text:
             return text[text.index(mark) + len(mark) :].strip()

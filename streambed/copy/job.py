@@ -101,6 +101,7 @@ def copy_table(
     fs_options: Mapping[str, str],
     batch_bytes: int | None = None,
     reader: str | None = None,
+    duckdb_memory_limit: str | None = None,
 ) -> CopyResult:
     """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`.
 
@@ -133,6 +134,7 @@ def copy_table(
         "output_dir": out,
         # Each task splits its range into files of about 64 MiB of heap (ranges.file_rows).
         "rows_per_block": str(info.estimated_rows / info.blocks),
+        "row_bytes": str(info.row_bytes()),  # the DuckDB reader's batch size (duck.batch_rows)
         "table_blocks": str(info.blocks),
         # A one-column key is unique in every file: written without a dictionary.
         "unique": json.dumps(
@@ -145,6 +147,8 @@ def copy_table(
         options["batch_bytes"] = str(batch_bytes)
     if reader is not None:
         options["reader"] = reader  # `streambed.copy.task`: duckdb (default) or csv
+    if duckdb_memory_limit is not None:
+        options["duckdb_memory_limit"] = duckdb_memory_limit  # tests: `duck.MEMORY_LIMIT`
     group = f"streambed-copy-{run_id}"  # names the job's tasks for `wait_for_tasks`
     context = spark.sparkContext
     previous = context.getLocalProperty(JOB_GROUP)

@@ -5,7 +5,8 @@ The range is read by one of two readers (the option `reader`):
 
 - `duckdb` (the default): DuckDB's postgres extension reads binary COPY and decodes the
   columns it decodes exactly (`streambed.copy.duck.native`); the others arrive as their
-  output text.
+  output text. A table whose rows are wide (`duck.WIDE_ROW_BYTES`), or a range DuckDB runs
+  out of memory on, is read with the csv reader: DuckDB holds 2048 rows at a time.
 - `csv`: psql and Arrow's CSV reader (`streambed.copy.client.stream_copy`); integer and
   text columns are parsed by the reader (`csv_types`), the others arrive as raw text.
 
@@ -17,6 +18,7 @@ file.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import overload
@@ -25,7 +27,16 @@ import pyarrow as pa
 
 from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
 from streambed.copy.datasource import copy_failure
-from streambed.copy.duck import batch_rows, native, restore, select_query, stream_range
+from streambed.copy.duck import (
+    MEMORY_LIMIT,
+    WIDE_ROW_BYTES,
+    OutOfMemory,
+    batch_rows,
+    native,
+    restore,
+    select_query,
+    stream_range,
+)
 from streambed.copy.ranges import BlockRange, copy_statement, file_rows
 from streambed.errors import ConfigError
 from streambed.lake.convert import convert_column
@@ -38,6 +49,8 @@ from streambed.lake.output import (
 from streambed.lake.types import column_type
 from streambed.merge.pyarrow_source import conform, decode_schema, filesystem
 from streambed.pgoutput.messages import RelationColumn
+
+logger = logging.getLogger("streambed.copy")
 
 READERS = ("duckdb", "csv")
 DEFAULT_BATCH_BYTES = 1024 * 1024
@@ -91,6 +104,8 @@ def copy_range(
         int(options.get("max_rows_per_file", str(MAX_ROWS_PER_FILE))),
     )
     block = int(options.get("batch_bytes", str(DEFAULT_BATCH_BYTES)))
+    if reader == "duckdb" and float(options.get("row_bytes", "0")) > WIDE_ROW_BYTES:
+        reader = "csv"
     while True:
         # Each attempt (a Spark retry, or a re-read with larger blocks) writes under its own
         # names, and a failed one deletes its files.
@@ -105,39 +120,16 @@ def copy_range(
             max_rows_per_file=max_rows,
             unique=json.loads(options.get("unique", "[]")),
         )
-        name = f"streambed-copy {run_id}/{index}"
         try:
-            if reader == "duckdb":
-                parsed = [native(c) for c in columns]
-                query = select_query(schema_name, table, columns, block_range.predicate())
-                batches: Iterator[pa.RecordBatch] = (
-                    restore(b, columns)
-                    for b in stream_range(
-                        options["url"],
-                        options["snapshot"],
-                        query,
-                        application_name=name,
-                        batch_rows=batch_rows(float(options.get("rows_per_block", "0"))),
-                    )
-                )
-            else:
-                parsed = [t != pa.binary() for t in csv_types(columns)]
-                statement = copy_statement(
-                    schema_name, table, [c.name for c in columns], block_range
-                )
-                batches = stream_copy(
-                    options["url"],
-                    options["snapshot"],
-                    statement,
-                    csv_types(columns),
-                    application_name=name,
-                    batch_bytes=block,
-                    psql=find_psql(),
-                )
+            parsed, batches = _read(options, columns, index, block_range, reader, block)
             for raw in batches:
                 output.write(raw_to_table(raw, columns, arrow_schema, qualified, parsed))
             files = output.close()
             break
+        except OutOfMemory as e:  # rows too wide for DuckDB's 2048-row vectors
+            output.discard()
+            logger.warning("copying %s with the csv reader instead: %s", qualified, e)
+            reader = "csv"
         except RowTooLarge as e:
             output.discard()
             if block >= MAX_BATCH_BYTES:
@@ -151,6 +143,42 @@ def copy_range(
             raise
     for f in files:
         yield (f.uri, f.rows, f.bytes)
+
+
+def _read(
+    options: Mapping[str, str],
+    columns: Sequence[RelationColumn],
+    index: int,
+    block_range: BlockRange,
+    reader: str,
+    block: int,
+) -> tuple[list[bool], Iterator[pa.RecordBatch]]:
+    """Which columns the reader parses, and its batches of the range."""
+    name = f"streambed-copy {options['run_id']}/{index}"
+    schema_name, table = options["schema"], options["table"]
+    if reader == "duckdb":
+        query = select_query(schema_name, table, columns, block_range.predicate())
+        batches = stream_range(
+            options["url"],
+            options["snapshot"],
+            query,
+            application_name=name,
+            batch_rows=batch_rows(float(options.get("row_bytes", "0"))),
+            memory_limit=options.get("duckdb_memory_limit", MEMORY_LIMIT),
+        )
+        return [native(c) for c in columns], (restore(b, columns) for b in batches)
+    types = csv_types(columns)
+    statement = copy_statement(schema_name, table, [c.name for c in columns], block_range)
+    batches = stream_copy(
+        options["url"],
+        options["snapshot"],
+        statement,
+        types,
+        application_name=name,
+        batch_bytes=block,
+        psql=find_psql(),
+    )
+    return [t != pa.binary() for t in types], batches
 
 
 def csv_types(columns: Sequence[RelationColumn]) -> list[pa.DataType]:

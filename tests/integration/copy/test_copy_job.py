@@ -3,6 +3,7 @@ table commits once at the frontier, and a worker's failure names the table."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from decimal import Decimal
@@ -15,6 +16,7 @@ import pytest
 
 from streambed.config import Settings
 from streambed.copy.catalog import table_info
+from streambed.copy.duck import WIDE_ROW_BYTES, OutOfMemory, stream_range
 from streambed.copy.job import copy_table, lake_table, output_dir
 from streambed.copy.snapshot import SnapshotAnchor
 from streambed.errors import SourceError
@@ -136,19 +138,23 @@ def test_a_table_dropped_before_its_copy_fails_with_the_source_message(
     assert table.current_snapshot() is None
 
 
+@pytest.mark.parametrize("reader", ["csv", "duckdb"])
 def test_a_row_larger_than_the_csv_block_is_read_again_with_larger_blocks(
-    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path
+    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path, reader: str
 ) -> None:
+    """The CSV reader reads a range again with larger blocks; the DuckDB reader reads the
+    large row in a batch sized from the table's size with its TOAST table."""
     with psycopg.connect(pg_db.url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE docs (id int PRIMARY KEY, body text)")
+        conn.execute("CREATE TABLE docs (id int PRIMARY KEY, body text)")  # 300 kB, incompressible
         conn.execute(
-            "INSERT INTO docs SELECT g, CASE WHEN g = 500 THEN repeat('x', 300000) "
-            "ELSE 'small' END FROM generate_series(1, 1000) g"
+            "INSERT INTO docs SELECT g, CASE WHEN g = 500 THEN (SELECT string_agg(md5(i::text), "
+            "'') FROM generate_series(1, 9375) i) ELSE 'small' END FROM generate_series(1, 1000) g"
         )
     catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
     anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
     try:
         info = table_info(anchor.conn, "public", "docs")
+        assert info.toast_bytes > 0 and info.row_bytes() > 300  # the large value is out of line
         table = lake_table(catalog, info)
         result = copy_table(
             spark,
@@ -160,7 +166,7 @@ def test_a_row_larger_than_the_csv_block_is_read_again_with_larger_blocks(
             run_id=uuid.uuid4().hex[:12],
             fs_options={},
             batch_bytes=64 * 1024,  # the 300 kB row needs a 512 kB block
-            reader="csv",  # the CSV reader parses in blocks; DuckDB reads rows
+            reader=reader,
         )
     finally:
         anchor.close()
@@ -217,3 +223,68 @@ def test_the_duckdb_reader_connects_with_any_password_and_never_shows_it(
         anchor.close()
     assert "Connection refused" in str(raised.value)
     assert "p:a" not in str(raised.value) and "w=rd" not in str(raised.value)
+
+
+@pytest.mark.parametrize("analyzed", [True, False])
+def test_wide_rows_are_read_with_the_csv_reader(
+    spark: SparkSession,
+    pg_db: PgDatabase,
+    tmp_path: Path,
+    analyzed: bool,
+) -> None:
+    """DuckDB holds 2048 rows at a time. A table whose rows average more than
+    `WIDE_ROW_BYTES` is read with the csv reader from the start; one whose statistics look
+    narrow (analyzed before its large rows arrived) runs DuckDB out of its memory limit,
+    and the range is read again with the csv reader."""
+    rows = 200 if analyzed else 5000
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE wide (id int PRIMARY KEY, body text)")
+        conn.execute(f"INSERT INTO wide SELECT g, 'small' FROM generate_series(1, {rows}) g")
+        conn.execute("ANALYZE wide")  # small rows: narrow
+        # Incompressible values of 256 kB: 80 of them (20 MB) overfill 16 MB of DuckDB.
+        conn.execute(
+            "UPDATE wide SET body = (SELECT string_agg(md5((i * id)::text), '') "
+            f"FROM generate_series(1, 8192) i) WHERE id <= {rows if analyzed else 80}"
+        )
+        if analyzed:
+            conn.execute("ANALYZE wide")
+    catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        info = table_info(anchor.conn, "public", "wide")
+        assert (info.row_bytes() > WIDE_ROW_BYTES) == analyzed
+        table = lake_table(catalog, info)
+        result = copy_table(
+            spark,
+            table,
+            info,
+            url=pg_db.url,
+            snapshot=anchor.snapshot_name,
+            frontier=anchor.frontier,
+            run_id=uuid.uuid4().hex[:12],
+            fs_options={},
+            reader="duckdb",
+            duckdb_memory_limit=None if analyzed else "16MB",
+        )
+        if not analyzed:  # DuckDB alone cannot hold these rows: the copy fell back
+            with pytest.raises(OutOfMemory):
+                for _ in stream_range(
+                    pg_db.url,
+                    anchor.snapshot_name,
+                    "SELECT id, body FROM public.wide",
+                    application_name="test",
+                    memory_limit="16MB",
+                ):
+                    pass
+    finally:
+        anchor.close()
+    assert result.rows == rows
+    lake = {r["id"]: r["body"] for r in table.scan().to_arrow().to_pylist()}
+    assert len(lake[1]) == 8192 * 32 and len(lake) == rows
+    with psycopg.connect(pg_db.url) as conn:
+        expected = conn.execute("SELECT md5(string_agg(body, ',' ORDER BY id)) FROM wide")
+        digest = hashlib.md5(",".join(lake[i] for i in sorted(lake)).encode()).hexdigest()
+        assert expected.fetchone() == (digest,)
+    out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
+    live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
+    assert set(out.rglob("*.parquet")) == live  # no file of the DuckDB attempt is left

@@ -52,16 +52,18 @@ def test_the_query_names_columns_by_position_and_renders_the_others_as_text() ->
 
 
 def test_batches_hold_fewer_rows_when_rows_are_wide() -> None:
-    assert batch_rows(0) == 65536  # never analyzed
-    assert batch_rows(61) == 65536  # pgbench_accounts: 134 bytes a row
-    assert batch_rows(1) == 4096  # 8 kB rows: 32 MiB
-    assert batch_rows(0.001) == 1024
+    assert batch_rows(0) == 65536  # unknown
+    assert batch_rows(134) == 65536  # pgbench_accounts
+    assert batch_rows(8192) == 2048  # 64 MiB of rows counted 4x
+    assert batch_rows(10 * 1024 * 1024) == 16  # TOASTed documents: at least 16 rows
 
 
 def test_the_source_message_is_taken_out_of_duckdbs_wrapping() -> None:
     wrapped = 'IO Error: Unable to query PostgreSQL: ERROR:  relation "public.t" does not exist'
     assert _message(Exception(wrapped)) == 'relation "public.t" does not exist'
     assert _message(Exception("Binder Error: x")) == "Binder Error: x"
+    oom = "Out of Memory Error: failed to allocate 8 MiB\n\nPossible solutions:\n* Reduce"
+    assert _message(Exception(oom)) == "Out of Memory Error: failed to allocate 8 MiB"
 
 
 chars = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\0"), max_size=8)
