@@ -242,7 +242,6 @@ def stream_range(
                 f"CALL postgres_execute('{alias}', ?)",
                 [f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}"],
             )
-            # `sql` streams (`execute` would gather the whole result first).
             result = db.sql(f"SELECT * FROM postgres_query('{alias}', ?)", params=[query])
             yield from result.to_arrow_reader(batch_rows)
             db.execute("COMMIT")
