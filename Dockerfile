@@ -5,7 +5,8 @@
 # STREAMBED_QUERY_USERS_FILE) must be set; streambed refuses to start without passwords otherwise.
 FROM python:3.11-slim-bookworm
 
-# Java 17 runs Spark; psql is the initial copy's fast COPY reader (docs/initial-copy.md);
+# Java 17 runs Spark; psql is the initial copy's csv reader, used for wide rows and with
+# STREAMBED_COPY_READER=csv (docs/initial-copy.md);
 # procps gives Spark's launch scripts `ps`; tini forwards SIGTERM so a stop flushes cleanly.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \

@@ -242,7 +242,7 @@ def stream_range(
                 f"CALL postgres_execute('{alias}', ?)",
                 [f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}"],
             )
-            result = db.sql(f"SELECT * FROM postgres_query('{alias}', ?)", params=[query])
+            result = db.execute(f"SELECT * FROM postgres_query('{alias}', ?)", [query])
             yield from result.to_arrow_reader(batch_rows)
             db.execute("COMMIT")
         except duckdb.OutOfMemoryException as e:
