@@ -32,6 +32,7 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Final
@@ -75,6 +76,7 @@ MEMORY_LIMIT: Final = "512MB"
 """DuckDB's buffer limit in a copy task; the range streams through in batches."""
 
 _db: duckdb.DuckDBPyConnection | None = None
+_db_lock = threading.Lock()
 
 
 def batch_rows(row_bytes: float) -> int:
@@ -197,15 +199,18 @@ def _database() -> duckdb.DuckDBPyConnection:
 
     from streambed.server.extensions import extension_path, offline_config
 
-    if _db is None:
-        db = duckdb.connect(config={**offline_config(), "threads": 1, "memory_limit": MEMORY_LIMIT})
-        db.execute("SET enable_progress_bar = false")
-        with tempfile.TemporaryDirectory(prefix="streambed-copy-ext-") as tmp:
-            link = os.path.join(tmp, "postgres_scanner.duckdb_extension")
-            os.symlink(extension_path("postgres"), link)
-            db.execute(f"LOAD {_quote(link)}")
-        _db = db
-    return _db
+    with _db_lock:
+        if _db is None:
+            db = duckdb.connect(
+                config={**offline_config(), "threads": 1, "memory_limit": MEMORY_LIMIT}
+            )
+            db.execute("SET enable_progress_bar = false")
+            with tempfile.TemporaryDirectory(prefix="streambed-copy-ext-") as tmp:
+                link = os.path.join(tmp, "postgres_scanner.duckdb_extension")
+                os.symlink(extension_path("postgres"), link)
+                db.execute(f"LOAD {_quote(link)}")
+            _db = db
+        return _db
 
 
 def _quote(text: str) -> str:
