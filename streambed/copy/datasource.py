@@ -38,6 +38,7 @@ from pyspark.sql.types import StructType
 READER = "streambed_pg_copy"
 FILES_SCHEMA = "path STRING, rows BIGINT, bytes BIGINT"
 ERROR_MARK = "streambed-copy-error:"
+SCHEMA_MARK = "a value cannot be stored"  # `copy_failure`'s `what` for a SchemaError
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,15 @@ of text output functions and CSV quoting) and no psql process or pipe is needed.
 
 Only columns whose binary form DuckDB decodes to exactly the value the stream's converter
 makes of the text form are read natively (`native`): integers, floats, bool, text, varchar,
-bytea and numeric(p,s) stored as decimal(p,s). Every other column is read as its output
+bytea, numeric(p,s) stored as decimal(p,s), date, time, timestamp and timestamptz (DuckDB
+keeps infinity as the stream does; a timestamp beyond 294247 AD, which DuckDB would decode
+wrongly, also arrives as text in a guard column and is refused with the stream's error).
+Every other column is read as its output
 function's text, `format('%s', column)` run by the source under the replication session's
 settings, and converted by `streambed.lake.convert` as a streamed value is. `char(n)` is
 native: DuckDB drops its trailing blanks, and `restore` pads the values to n characters
-again, as Postgres stores them. (Bare `bpchar` is not: its trailing blanks are data. Dates
-and timestamps are not: DuckDB has no infinity for them in Arrow. Unconstrained numeric is
-not: DuckDB reads it as a double.)
+again, as Postgres stores them. (Bare `bpchar` is not: its trailing blanks are data.
+Unconstrained numeric is not: DuckDB reads it as a double.)
 
 The transaction: DuckDB begins the source transaction (REPEATABLE READ, READ ONLY, the
 attached database is read-only) at its first statement, `SET TRANSACTION SNAPSHOT`, so the
@@ -48,6 +50,7 @@ from streambed.lake.types import (
     BOOL,
     BPCHAR,
     BYTEA,
+    DATE,
     FLOAT4,
     FLOAT8,
     INT2,
@@ -55,6 +58,9 @@ from streambed.lake.types import (
     INT8,
     NUMERIC,
     TEXT,
+    TIME,
+    TIMESTAMP,
+    TIMESTAMPTZ,
     VARCHAR,
     column_type,
 )
@@ -64,7 +70,29 @@ from streambed.replication.connection import SESSION_OPTIONS
 if TYPE_CHECKING:
     import duckdb
 
-NATIVE_OIDS: Final = frozenset({BOOL, INT2, INT4, INT8, FLOAT4, FLOAT8, TEXT, VARCHAR, BYTEA})
+NATIVE_OIDS: Final = frozenset(
+    {
+        BOOL,
+        INT2,
+        INT4,
+        INT8,
+        FLOAT4,
+        FLOAT8,
+        TEXT,
+        VARCHAR,
+        BYTEA,
+        DATE,
+        TIME,
+        TIMESTAMP,
+        TIMESTAMPTZ,
+    }
+)
+TIMESTAMP_END: Final = {
+    TIMESTAMP: "294247-01-10 04:00:54.775807",
+    TIMESTAMPTZ: "294247-01-10 04:00:54.775807+00",
+}
+"""2^63 - 1 microseconds after 1970: from here on (Postgres goes to 294276 AD) DuckDB's
+decoding overflows and wraps around, and the stream's converter refuses the value."""
 BATCH_ROWS: Final = 65536
 BATCH_BYTES: Final = 64 * 1024 * 1024
 MIN_BATCH_ROWS: Final = 16
@@ -108,16 +136,34 @@ def _char_length(column: RelationColumn) -> int | None:
     return column.type_modifier - 4 if column.type_modifier > 4 else None
 
 
-def restore(batch: pa.RecordBatch, columns: Sequence[RelationColumn]) -> pa.RecordBatch:
-    """`char(n)` values padded with blanks to n characters again (DuckDB trims them)."""
-    arrays = list(batch.columns)
-    changed = False
+def restore(
+    batch: pa.RecordBatch, columns: Sequence[RelationColumn], where: str = ""
+) -> pa.RecordBatch:
+    """The batch of `columns` as the stream would store it: `char(n)` values padded with
+    blanks to n characters again (DuckDB trims them), and a timestamp beyond
+    `TIMESTAMP_END` (which DuckDB decodes wrongly; its text is in a guard column,
+    `select_query`) refused with the stream's error."""
+    arrays = list(batch.columns[: len(columns)])
+    guard = len(columns)
     for i, c in enumerate(columns):
         length = _char_length(c) if c.type_oid == BPCHAR else None
         if length is not None and pa.types.is_string(arrays[i].type):
             arrays[i] = pad(arrays[i], length)
-            changed = True
-    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names) if changed else batch
+        if c.type_oid in TIMESTAMP_END:
+            beyond = batch.column(guard)
+            guard += 1
+            if beyond.null_count < len(beyond):
+                _refuse(beyond.drop_null(), c, f"{where}.{c.name}")
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names[: len(columns)])
+
+
+def _refuse(texts: pa.Array, column: RelationColumn, where: str) -> None:
+    """Raise the stream's error for values its converter cannot store."""
+    from streambed.errors import SchemaError
+    from streambed.lake.convert import convert_column
+
+    convert_column(texts.cast(pa.binary()).to_pylist(), column_type(column), where=where)
+    raise SchemaError(f"{where}: {texts[0]} is beyond 294247 AD; cast the column to text")
 
 
 def pad(array: pa.Array, width: int) -> pa.Array:
@@ -147,8 +193,10 @@ def pad(array: pa.Array, width: int) -> pa.Array:
 
 
 def select_query(schema: str, table: str, columns: Sequence[RelationColumn], where: str) -> str:
-    """The range's SELECT: native columns as they are, the others as their output text."""
+    """The range's SELECT: native columns as they are, the others as their output text;
+    after them, for each timestamp column, its text where it is beyond `TIMESTAMP_END`."""
     items: list[sql.Composable] = []
+    guards: list[sql.Composable] = []
     for i, c in enumerate(columns):
         # Positional names: DuckDB compares names without case ("A" and "a" would clash).
         alias = sql.Identifier(f"c{i}")
@@ -158,10 +206,17 @@ def select_query(schema: str, table: str, columns: Sequence[RelationColumn], whe
         else:
             text = "CASE WHEN {0} IS NULL THEN NULL ELSE pg_catalog.format('%s', {0}) END AS {1}"
             items.append(sql.SQL(text).format(name, alias))
+        end = TIMESTAMP_END.get(c.type_oid)
+        if end is not None:
+            guard = "CASE WHEN {0} >= {1} AND pg_catalog.isfinite({0}) THEN {0}::text END AS {2}"
+            guards.append(sql.SQL(guard).format(name, sql.Literal(end), sql.Identifier(f"g{i}")))
     return (
         sql.SQL("SELECT {} FROM {}.{} WHERE {}")
         .format(
-            sql.SQL(", ").join(items), sql.Identifier(schema), sql.Identifier(table), sql.SQL(where)
+            sql.SQL(", ").join(items + guards),
+            sql.Identifier(schema),
+            sql.Identifier(table),
+            sql.SQL(where),
         )
         .as_string(None)
     )

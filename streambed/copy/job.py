@@ -26,7 +26,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from streambed.copy.catalog import TableInfo
-from streambed.copy.datasource import ERROR_MARK, READER, PgCopySource
+from streambed.copy.datasource import ERROR_MARK, READER, SCHEMA_MARK, PgCopySource
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import block_ranges
 from streambed.copy.snapshot import SnapshotExpired, snapshot_expired
@@ -306,6 +306,8 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
     message = worker_message(error)
     if message is not None:
         kind = Kind.SOURCE_SETUP
+        if message.startswith(f"{SCHEMA_MARK}: "):
+            return SchemaError(f"copy of {qualified} failed: {message.split(': ', 1)[1]}")
         if snapshot_expired(message):
             return SnapshotExpired(
                 f"copy of {qualified} failed: {message} (the transaction holding the copy's "

@@ -26,7 +26,7 @@ from typing import overload
 import pyarrow as pa
 
 from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
-from streambed.copy.datasource import copy_failure
+from streambed.copy.datasource import SCHEMA_MARK, copy_failure
 from streambed.copy.duck import (
     MEMORY_LIMIT,
     WIDE_ROW_BYTES,
@@ -38,7 +38,7 @@ from streambed.copy.duck import (
     stream_range,
 )
 from streambed.copy.ranges import BlockRange, copy_statement, file_rows
-from streambed.errors import ConfigError
+from streambed.errors import ConfigError, SchemaError
 from streambed.lake.convert import convert_column
 from streambed.lake.output import (
     MAX_ROWS_PER_FILE,
@@ -138,6 +138,9 @@ def copy_range(
         except (CopyClientError, ConfigError) as e:  # ConfigError: no DuckDB extension here
             output.discard()
             raise copy_failure(f"copying {qualified}", e) from None
+        except SchemaError as e:  # a value the lake table cannot hold exactly
+            output.discard()
+            raise copy_failure(SCHEMA_MARK, e) from None
         except BaseException:
             output.discard()
             raise
@@ -166,7 +169,9 @@ def _read(
             batch_rows=batch_rows(float(options.get("row_bytes", "0"))),
             memory_limit=options.get("duckdb_memory_limit", MEMORY_LIMIT),
         )
-        return [native(c) for c in columns], (restore(b, columns) for b in batches)
+        return [native(c) for c in columns], (
+            restore(b, columns, f"{schema_name}.{table}") for b in batches
+        )
     types = csv_types(columns)
     statement = copy_statement(schema_name, table, [c.name for c in columns], block_range)
     batches = stream_copy(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,7 +20,7 @@ from streambed.copy.catalog import table_info
 from streambed.copy.duck import WIDE_ROW_BYTES, OutOfMemory, stream_range
 from streambed.copy.job import copy_table, lake_table, output_dir
 from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import SourceError
+from streambed.errors import SchemaError, SourceError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import frontier
 from streambed.lake.evolve import PROP_ATTNUMS
@@ -29,6 +30,7 @@ from tests.fixtures.s3 import ThrowawayS3
 from tests.fixtures.spark import PANDAS_WARNING
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings(PANDAS_WARNING)]
@@ -288,3 +290,51 @@ def test_wide_rows_are_read_with_the_csv_reader(
     out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
     live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
     assert set(out.rglob("*.parquet")) == live  # no file of the DuckDB attempt is left
+
+
+@pytest.mark.parametrize("reader", ["duckdb", "csv"])
+def test_a_timestamp_beyond_294247_ad_stops_the_copy_as_it_stops_the_stream(
+    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path, reader: str
+) -> None:
+    """The last microsecond Iceberg can hold copies exactly; the next one (DuckDB would
+    decode it wrapped around, about 290,000 years BC) stops the copy with the stream's
+    message, and nothing is committed."""
+    last = "294247-01-10 04:00:54.775806"
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE far (id int PRIMARY KEY, at timestamp, atz timestamptz)")
+        conn.execute(
+            f"INSERT INTO far VALUES (1, '{last}', '{last}+00'), (2, 'infinity', '-infinity')"
+        )
+    catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
+
+    def copy() -> tuple[Table, int]:
+        anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+        try:
+            info = table_info(anchor.conn, "public", "far")
+            table = lake_table(catalog, info)
+            result = copy_table(
+                spark,
+                table,
+                info,
+                url=pg_db.url,
+                snapshot=anchor.snapshot_name,
+                frontier=anchor.frontier,
+                run_id=uuid.uuid4().hex[:12],
+                fs_options={},
+                reader=reader,
+            )
+            return table, result.rows
+        finally:
+            anchor.close()
+
+    table, rows = copy()
+    assert rows == 2
+    stored = table.scan().to_arrow().sort_by("id")
+    micros = stored.column("at").cast(pa.int64()).to_pylist()
+    assert micros == [2**63 - 2, 2**63 - 1]  # the last microsecond, and infinity
+    assert stored.column("atz").cast(pa.int64()).to_pylist() == [2**63 - 2, -(2**63 - 1)]
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute("UPDATE far SET atz = '294276-12-31 23:59:59.999999+00' WHERE id = 2")
+    with pytest.raises(SchemaError, match=r"public\.far\.atz: value .* cannot be stored exactly"):
+        copy()
+    assert len(table.refresh().scan().to_arrow()) == 2  # the first copy stands

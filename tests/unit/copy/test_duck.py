@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg.conninfo import conninfo_to_dict
@@ -20,10 +22,12 @@ from streambed.copy.duck import (
     restore,
     select_query,
 )
-from streambed.lake.types import BPCHAR, DATE, INT4, NUMERIC, TEXT
+from streambed.errors import SchemaError
+from streambed.lake.types import BPCHAR, DATE, INT4, NUMERIC, TEXT, TIMESTAMP, TIMESTAMPTZ
 from streambed.pgoutput.messages import RelationColumn
 
 JSONB = 3802
+INTERVAL = 1186
 
 
 def _numeric(precision: int, scale: int) -> int:
@@ -37,18 +41,47 @@ def test_native_columns_are_those_duckdb_decodes_to_the_streams_value() -> None:
     assert native(RelationColumn(0, "c", BPCHAR, 5 + 4))
     assert not native(RelationColumn(0, "n", NUMERIC, -1))  # DuckDB: double
     assert not native(RelationColumn(0, "b", BPCHAR, -1))  # blanks are data
-    assert not native(RelationColumn(0, "d", DATE, -1))  # infinity
+    assert native(RelationColumn(0, "d", DATE, -1))  # infinity: the same day number
+    assert native(RelationColumn(0, "t", TIMESTAMPTZ, -1))  # with a guard column
+    assert not native(RelationColumn(0, "i", INTERVAL, -1))
     assert not native(RelationColumn(0, "j", JSONB, -1))
 
 
 def test_the_query_names_columns_by_position_and_renders_the_others_as_text() -> None:
-    columns = [RelationColumn(0, "A", INT4, -1), RelationColumn(0, "a", DATE, -1)]
+    columns = [
+        RelationColumn(0, "A", INT4, -1),
+        RelationColumn(0, "a", JSONB, -1),
+        RelationColumn(0, "t", TIMESTAMPTZ, -1),
+    ]
     query = select_query("s", 'we"ird', columns, "ctid >= '(0,0)'::tid")
     assert query == (
         'SELECT "A" AS "c0", CASE WHEN "a" IS NULL THEN NULL '
-        'ELSE pg_catalog.format(\'%s\', "a") END AS "c1" '
+        'ELSE pg_catalog.format(\'%s\', "a") END AS "c1", "t" AS "c2", '
+        'CASE WHEN "t" >= \'294247-01-10 04:00:54.775807+00\' AND pg_catalog.isfinite("t") '
+        'THEN "t"::text END AS "g2" '
         'FROM "s"."we""ird" WHERE ctid >= \'(0,0)\'::tid'
     )
+
+
+def test_a_timestamp_beyond_duckdbs_range_is_refused_as_the_stream_refuses_it() -> None:
+    columns = [RelationColumn(0, "id", INT4, -1), RelationColumn(0, "at", TIMESTAMP, -1)]
+    fine = pa.record_batch(
+        [pa.array([1, 2], pa.int32()), pa.array([0, 1], pa.timestamp("us")), pa.nulls(2)],
+        names=["c0", "c1", "g1"],
+    )
+    assert restore(fine, columns, "public.t").num_columns == 2
+    beyond = pa.record_batch(
+        [
+            pa.array([1, 2], pa.int32()),
+            pa.array([0, -(2**63) + 5], pa.timestamp("us")),
+            pa.array([None, "294276-12-31 23:59:59.999999"]),
+        ],
+        names=["c0", "c1", "g1"],
+    )
+    with pytest.raises(
+        SchemaError, match=re.escape("public.t.at: value '294276-12-31 23:59:59.999999'")
+    ):
+        restore(beyond, columns, "public.t")
 
 
 def test_batches_hold_fewer_rows_when_rows_are_wide() -> None:
