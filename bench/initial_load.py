@@ -1,6 +1,7 @@
 """Initial copy throughput: streambed's Spark copy vs raw COPY and DuckDB's postgres_scanner.
 
     .venv/bin/python bench/initial_load.py [--scales 10,100] [--spark local[2]] [--repeat 3]
+                                           [--reader duckdb|csv]
 
 For each pgbench scale (10 → 1M accounts, 100 → 10M) it creates `pgbench_accounts` in a
 throwaway Postgres (`pgbench -i`), then times, on the same machine:
@@ -10,8 +11,9 @@ throwaway Postgres (`pgbench -i`), then times, on the same machine:
 2. duckdb: DuckDB 1.5.5's postgres extension (wheel `duckdb-extension-postgres`, loaded
    offline) writing the table to one Parquet file;
 3. streambed: the initial copy of one table (temporary-slot snapshot, ctid ranges on a
-   warm Spark session, each task writing its range's Parquet with field ids, one Iceberg
-   commit).
+   warm Spark session, each task reading its range with `--reader`, the default
+   `STREAMBED_COPY_READER=duckdb` or `csv`, and writing its Parquet with field ids; one
+   Iceberg commit).
 
 Before each measured copy, Spark is warmed by copying a small table of at least as many
 ctid ranges as Spark has cores, so every Python worker has started (Spark stops workers
@@ -89,7 +91,9 @@ def _duckdb_copy(scanner: Path, url: str, target: str) -> None:
     db.close()
 
 
-def _copy(spark: SparkSession, catalog: Catalog, url: str, table: str) -> tuple[float, int]:
+def _copy(
+    spark: SparkSession, catalog: Catalog, url: str, table: str, reader: str = "duckdb"
+) -> tuple[float, int]:
     """streambed's copy of one table under a fresh snapshot: (seconds, rows)."""
     anchor = SnapshotAnchor.from_temporary_slot(url)
     try:
@@ -105,6 +109,7 @@ def _copy(spark: SparkSession, catalog: Catalog, url: str, table: str) -> tuple[
             frontier=anchor.frontier,
             run_id=uuid.uuid4().hex[:12],
             fs_options={},
+            reader=reader,
         )
         return time.monotonic() - started, result.rows
     finally:
@@ -116,6 +121,7 @@ def main() -> None:
     parser.add_argument("--scales", default="10,100")
     parser.add_argument("--spark", default="local[2]")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best is reported")
+    parser.add_argument("--reader", choices=["duckdb", "csv"], default="duckdb")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     pgbench = str(Path(find_psql() or "/usr/lib/postgresql/15/bin/psql").parent / "pgbench")
@@ -162,8 +168,8 @@ def main() -> None:
                 if scanner is not None:
                     ducks.append(_timed(lambda: _duckdb_copy(scanner, url, f"{tmp}/duck.parquet")))
                 # Warmed each round: Spark stops Python workers idle for a minute.
-                warm_seconds, _ = _copy(spark, catalog, url, "bench_warmup")
-                seconds, copied = _copy(spark, catalog, url, "pgbench_accounts")
+                warm_seconds, _ = _copy(spark, catalog, url, "bench_warmup", args.reader)
+                seconds, copied = _copy(spark, catalog, url, "pgbench_accounts", args.reader)
                 assert copied == rows, (copied, rows)
                 ours.append(seconds)
                 print(
