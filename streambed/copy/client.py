@@ -30,10 +30,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pcsv
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
-from streambed.copy.session import copy_connect
-from streambed.replication.connection import SESSION_OPTIONS
+from streambed.copy.session import copy_connect, copy_params, private_file
 
 PSQL_ENV = "STREAMBED_PSQL"
 
@@ -130,16 +128,10 @@ def _via_psql(
     batch_bytes: int,
     psql: str,
 ) -> Iterator[pa.RecordBatch]:
-    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
-    params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
-    params["client_encoding"] = "UTF8"
-    params["application_name"] = application_name[:63]
-    params.setdefault("connect_timeout", "10")
+    params = copy_params(url, application_name)
     with tempfile.TemporaryDirectory(prefix="streambed-copy-") as tmp:
         service_file = os.path.join(tmp, "service.conf")
-        fd = os.open(service_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("[copy]\n" + "".join(f"{k}={v}\n" for k, v in params.items()))
+        private_file(service_file, "[copy]\n" + "".join(f"{k}={v}\n" for k, v in params.items()))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env.update(PGSERVICEFILE=service_file, PGSERVICE="copy", PGSYSCONFDIR=tmp)
         script = (

@@ -43,9 +43,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from streambed.copy.client import CopyClientError
+from streambed.copy.session import copy_params, private_file
 from streambed.lake.types import (
     BOOL,
     BPCHAR,
@@ -65,7 +66,6 @@ from streambed.lake.types import (
     column_type,
 )
 from streambed.pgoutput.messages import RelationColumn
-from streambed.replication.connection import SESSION_OPTIONS
 
 if TYPE_CHECKING:
     import duckdb
@@ -227,23 +227,17 @@ def conninfo(url: str, application_name: str, passfile: str) -> tuple[str, str |
     and the password to write to `passfile`. The password is not among the keywords:
     DuckDB quotes the whole connection string in some errors ("Unable to connect to
     Postgres at ...")."""
-    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params = copy_params(url, application_name)
     password = params.pop("password", None)
     if password is not None:
         params["passfile"] = passfile
-    params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
-    params["client_encoding"] = "UTF8"
-    params["application_name"] = application_name[:63]
-    params.setdefault("connect_timeout", "10")
     return make_conninfo(**params), password
 
 
 def _write_passfile(path: str, password: str) -> None:
     """A libpq password file (0600) whose one line matches any server, database and user."""
     escaped = password.replace("\\", "\\\\").replace(":", "\\:")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"*:*:*:*:{escaped}\n")
+    private_file(path, f"*:*:*:*:{escaped}\n")
 
 
 def _database() -> duckdb.DuckDBPyConnection:
@@ -290,9 +284,10 @@ def stream_range(
     tmp = tempfile.TemporaryDirectory(prefix="streambed-copy-")
     try:
         try:
-            keywords, password = conninfo(url, application_name, os.path.join(tmp.name, "pgpass"))
+            passfile = os.path.join(tmp.name, "pgpass")
+            keywords, password = conninfo(url, application_name, passfile)
             if password is not None:
-                _write_passfile(os.path.join(tmp.name, "pgpass"), password)
+                _write_passfile(passfile, password)
             db = _database().cursor()
             db.execute(f"SET memory_limit = {_quote(memory_limit)}")  # one per process
             db.execute(f"ATTACH {_quote(keywords)} AS {alias} (TYPE postgres, READ_ONLY)")

@@ -7,6 +7,7 @@ one conversion (`streambed.lake.convert`) serves both.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
@@ -14,6 +15,24 @@ from psycopg.conninfo import conninfo_to_dict
 
 from streambed.errors import Kind
 from streambed.replication.connection import SESSION_OPTIONS, source_error
+
+
+def copy_params(url: str, application_name: str) -> dict[str, str]:
+    """libpq keywords of `url` with the replication session's output settings, for the copy
+    clients that take keywords (psql's service file, DuckDB's ATTACH)."""
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
+    params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
+    params["client_encoding"] = "UTF8"
+    params["application_name"] = application_name[:63]
+    params.setdefault("connect_timeout", "10")
+    return params
+
+
+def private_file(path: str, text: str) -> None:
+    """Create `path` (it must not exist) readable by this user only, holding `text`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def copy_connect(url: str, application_name: str) -> psycopg.Connection[Any]:
