@@ -3,12 +3,15 @@ table commits once at the frontier, and a worker's failure names the table."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pyarrow as pa
@@ -16,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from streambed.config import Settings
-from streambed.copy.catalog import table_info
+from streambed.copy.catalog import TableInfo, table_info
 from streambed.copy.duck import WIDE_ROW_BYTES, OutOfMemory, stream_range
-from streambed.copy.job import copy_table, lake_table, output_dir
+from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
 from streambed.copy.snapshot import SnapshotAnchor
 from streambed.errors import SchemaError, SourceError
 from streambed.lake.catalog import open_catalog
@@ -30,12 +33,54 @@ from tests.fixtures.s3 import ThrowawayS3
 from tests.fixtures.spark import PANDAS_WARNING
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings(PANDAS_WARNING)]
 
 ROWS = 20_000
+
+
+@dataclass
+class _Copying:
+    """One source table under a fresh snapshot (a temporary slot's), and its lake table."""
+
+    anchor: SnapshotAnchor
+    info: TableInfo
+    table: Table
+
+    def copy(self, spark: SparkSession, url: str, **kwargs: Any) -> CopyResult:
+        """`copy_table` under the snapshot; a new run id and no fs options unless given."""
+        kwargs.setdefault("run_id", uuid.uuid4().hex[:12])
+        kwargs.setdefault("fs_options", {})
+        return copy_table(
+            spark,
+            self.table,
+            self.info,
+            url=url,
+            snapshot=self.anchor.snapshot_name,
+            frontier=self.anchor.frontier,
+            **kwargs,
+        )
+
+
+@contextlib.contextmanager
+def _snapshot(url: str, catalog: Catalog, name: str) -> Iterator[_Copying]:
+    anchor = SnapshotAnchor.from_temporary_slot(url)
+    try:
+        info = table_info(anchor.conn, "public", name)
+        yield _Copying(anchor, info, lake_table(catalog, info))
+    finally:
+        anchor.close()
+
+
+def _only_committed_files_left(table: Table) -> None:
+    """Every Parquet file under the table's copy directories is one the table references:
+    the files of discarded attempts are gone."""
+    out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
+    live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
+    assert set(out.rglob("*.parquet")) == live
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -68,23 +113,10 @@ def test_tasks_write_parquet_and_the_table_commits_once(
     _source(url)
     catalog = open_catalog(settings)
     options = fs_options(settings)
-    anchor = SnapshotAnchor.from_temporary_slot(url)
-    try:
-        info = table_info(anchor.conn, "public", "items")
-        table = lake_table(catalog, info)
-        run_id = uuid.uuid4().hex[:12]
-        result = copy_table(
-            spark,
-            table,
-            info,
-            url=url,
-            snapshot=anchor.snapshot_name,
-            frontier=anchor.frontier,
-            run_id=run_id,
-            fs_options=options,
-        )
-    finally:
-        anchor.close()
+    run_id = uuid.uuid4().hex[:12]
+    with _snapshot(url, catalog, "items") as c:
+        result = c.copy(spark, url, run_id=run_id, fs_options=options)
+    anchor, info, table = c.anchor, c.info, c.table
     assert info.blocks >= 4
     assert result.rows == ROWS and result.files >= 2  # a range per core of local[2], at least
     table.refresh()
@@ -114,26 +146,13 @@ def test_a_table_dropped_before_its_copy_fails_with_the_source_message(
     settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
     _source(pg_db.url)
     catalog = open_catalog(settings)
-    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
-    try:
-        info = table_info(anchor.conn, "public", "items")
-        table = lake_table(catalog, info)
+    run_id = uuid.uuid4().hex[:12]
+    with _snapshot(pg_db.url, catalog, "items") as c:
         with psycopg.connect(pg_db.url, autocommit=True) as conn:
             conn.execute("DROP TABLE items")
-        run_id = uuid.uuid4().hex[:12]
         with pytest.raises(SourceError, match="dropped during its copy") as raised:
-            copy_table(
-                spark,
-                table,
-                info,
-                url=pg_db.url,
-                snapshot=anchor.snapshot_name,
-                frontier=anchor.frontier,
-                run_id=run_id,
-                fs_options={},
-            )
-    finally:
-        anchor.close()
+            c.copy(spark, pg_db.url, run_id=run_id)
+    table = c.table
     assert "public.items" in str(raised.value) and "does not exist" in str(raised.value)
     out = Path(output_dir(table, run_id).removeprefix("file://"))
     assert not list(out.glob("*.parquet")) if out.exists() else True
@@ -153,32 +172,15 @@ def test_a_row_larger_than_the_csv_block_is_read_again_with_larger_blocks(
             "'') FROM generate_series(1, 9375) i) ELSE 'small' END FROM generate_series(1, 1000) g"
         )
     catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
-    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
-    try:
-        info = table_info(anchor.conn, "public", "docs")
-        assert info.toast_bytes > 0 and info.row_bytes() > 300  # the large value is out of line
-        table = lake_table(catalog, info)
-        result = copy_table(
-            spark,
-            table,
-            info,
-            url=pg_db.url,
-            snapshot=anchor.snapshot_name,
-            frontier=anchor.frontier,
-            run_id=uuid.uuid4().hex[:12],
-            fs_options={},
-            batch_bytes=64 * 1024,  # the 300 kB row needs a 512 kB block
-            reader=reader,
-        )
-    finally:
-        anchor.close()
+    with _snapshot(pg_db.url, catalog, "docs") as c:
+        # The large value is out of line.
+        assert c.info.toast_bytes > 0 and c.info.row_bytes() > 300
+        # The 300 kB row needs a 512 kB block.
+        result = c.copy(spark, pg_db.url, batch_bytes=64 * 1024, reader=reader)
     assert result.rows == 1000
-    rows = {r["id"]: r["body"] for r in table.scan().to_arrow().to_pylist()}
+    rows = {r["id"]: r["body"] for r in c.table.scan().to_arrow().to_pylist()}
     assert len(rows[500]) == 300_000 and rows[1] == "small"
-    # Only the files of the successful attempts are live; the discarded ones are gone.
-    out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
-    live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
-    assert set(out.rglob("*.parquet")) == live
+    _only_committed_files_left(c.table)
 
 
 def test_the_duckdb_reader_connects_with_any_password_and_never_shows_it(
@@ -200,29 +202,10 @@ def test_the_duckdb_reader_connects_with_any_password_and_never_shows_it(
         **{**{k: str(v) for k, v in parts.items()}, "user": "copier", "password": password}
     )
     catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
-    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
-    try:
-        info = table_info(anchor.conn, "public", "items")
-        table = lake_table(catalog, info)
-
-        def copy(source_url: str) -> int:
-            return copy_table(
-                spark,
-                table,
-                info,
-                url=source_url,
-                snapshot=anchor.snapshot_name,
-                frontier=anchor.frontier,
-                run_id=uuid.uuid4().hex[:12],
-                fs_options={},
-                reader="duckdb",
-            ).rows
-
-        assert copy(url) == ROWS
+    with _snapshot(pg_db.url, catalog, "items") as c:
+        assert c.copy(spark, url, reader="duckdb").rows == ROWS
         with pytest.raises(SourceError) as raised:
-            copy(psycopg.conninfo.make_conninfo(url, port="1"))
-    finally:
-        anchor.close()
+            c.copy(spark, psycopg.conninfo.make_conninfo(url, port="1"), reader="duckdb")
     assert "Connection refused" in str(raised.value)
     assert "p:a" not in str(raised.value) and "w=rd" not in str(raised.value)
 
@@ -251,45 +234,28 @@ def test_wide_rows_are_read_with_the_csv_reader(
         if analyzed:
             conn.execute("ANALYZE wide")
     catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
-    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
-    try:
-        info = table_info(anchor.conn, "public", "wide")
-        assert (info.row_bytes() > WIDE_ROW_BYTES) == analyzed
-        table = lake_table(catalog, info)
-        result = copy_table(
-            spark,
-            table,
-            info,
-            url=pg_db.url,
-            snapshot=anchor.snapshot_name,
-            frontier=anchor.frontier,
-            run_id=uuid.uuid4().hex[:12],
-            fs_options={},
-            reader="duckdb",
-            duckdb_memory_limit=None if analyzed else "16MB",
-        )
+    with _snapshot(pg_db.url, catalog, "wide") as c:
+        assert (c.info.row_bytes() > WIDE_ROW_BYTES) == analyzed
+        limit = None if analyzed else "16MB"
+        result = c.copy(spark, pg_db.url, reader="duckdb", duckdb_memory_limit=limit)
         if not analyzed:  # DuckDB alone cannot hold these rows: the copy fell back
             with pytest.raises(OutOfMemory):
                 for _ in stream_range(
                     pg_db.url,
-                    anchor.snapshot_name,
+                    c.anchor.snapshot_name,
                     "SELECT id, body FROM public.wide",
                     application_name="test",
                     memory_limit="16MB",
                 ):
                     pass
-    finally:
-        anchor.close()
     assert result.rows == rows
-    lake = {r["id"]: r["body"] for r in table.scan().to_arrow().to_pylist()}
+    lake = {r["id"]: r["body"] for r in c.table.scan().to_arrow().to_pylist()}
     assert len(lake[1]) == 8192 * 32 and len(lake) == rows
     with psycopg.connect(pg_db.url) as conn:
         expected = conn.execute("SELECT md5(string_agg(body, ',' ORDER BY id)) FROM wide")
         digest = hashlib.md5(",".join(lake[i] for i in sorted(lake)).encode()).hexdigest()
         assert expected.fetchone() == (digest,)
-    out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
-    live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
-    assert set(out.rglob("*.parquet")) == live  # no file of the DuckDB attempt is left
+    _only_committed_files_left(c.table)  # no file of the DuckDB attempt is left
 
 
 @pytest.mark.parametrize("reader", ["duckdb", "csv"])
@@ -308,24 +274,8 @@ def test_a_timestamp_beyond_294247_ad_stops_the_copy_as_it_stops_the_stream(
     catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
 
     def copy() -> tuple[Table, int]:
-        anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
-        try:
-            info = table_info(anchor.conn, "public", "far")
-            table = lake_table(catalog, info)
-            result = copy_table(
-                spark,
-                table,
-                info,
-                url=pg_db.url,
-                snapshot=anchor.snapshot_name,
-                frontier=anchor.frontier,
-                run_id=uuid.uuid4().hex[:12],
-                fs_options={},
-                reader=reader,
-            )
-            return table, result.rows
-        finally:
-            anchor.close()
+        with _snapshot(pg_db.url, catalog, "far") as c:
+            return c.table, c.copy(spark, pg_db.url, reader=reader).rows
 
     table, rows = copy()
     assert rows == 2

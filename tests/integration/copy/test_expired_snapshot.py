@@ -62,15 +62,21 @@ def test_a_table_added_while_streaming_whose_snapshot_expires_is_copied_again(
     assert d.proc.stop() == 0
 
 
+def _first_start_under_writes(d: Deployment, failpoints: str) -> str:
+    """The first start, with `failpoints`, copies `TABLES` while a writer changes them; its
+    logs once every table is ready."""
+    _schema(d.url)
+    with Writer(d.url, TABLES):
+        d.proc.start({"STREAMBED_FAILPOINTS": failpoints})
+        wait_until(lambda: _all_ready(d, TABLES), 300, "every table copied", d.proc)
+    return d.proc.logs()
+
+
 def test_the_first_start_snapshot_expiring_copies_every_table_under_a_new_one(
     copy_deployment: Deployment,
 ) -> None:
     d = copy_deployment
-    _schema(d.url)
-    with Writer(d.url, TABLES):
-        d.proc.start({"STREAMBED_FAILPOINTS": "expire_copy_snapshot:1"})
-        wait_until(lambda: _all_ready(d, TABLES), 300, "every table copied", d.proc)
-    logs = d.proc.logs()
+    logs = _first_start_under_writes(d, "expire_copy_snapshot:1")
     assert sum(1 for line in logs.splitlines() if EXPIRED in line) == len(TABLES)
     for table in TABLES:
         assert _copies_started(d, table) == 2, table
@@ -84,11 +90,7 @@ def test_a_first_start_snapshot_already_dead_is_replaced_before_the_copy_begins(
     """The session holding the new slot's snapshot is terminated before the copy starts:
     the copy notices at once and takes a new snapshot; no table is copied twice."""
     d = copy_deployment
-    _schema(d.url)
-    with Writer(d.url, TABLES):
-        d.proc.start({"STREAMBED_FAILPOINTS": "kill_start_snapshot"})
-        wait_until(lambda: _all_ready(d, TABLES), 300, "every table copied", d.proc)
-    logs = d.proc.logs()
+    logs = _first_start_under_writes(d, "kill_start_snapshot")
     assert "failpoint kill_start_snapshot" in logs
     assert "the snapshot of the new slot expired before the copy began" in logs
     assert EXPIRED not in logs  # no task ever tried the dead snapshot
