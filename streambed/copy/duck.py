@@ -250,11 +250,11 @@ def _database() -> duckdb.DuckDBPyConnection:
 
     with _db_lock:
         if _db is None:
-            db = duckdb.connect(
-                config={**offline_config(), "threads": 1, "memory_limit": MEMORY_LIMIT}
-            )
-            db.execute("SET enable_progress_bar = false")
+            # Nothing is installed: the extension directory is needed only while loading.
             with tempfile.TemporaryDirectory(prefix="streambed-copy-ext-") as tmp:
+                config = offline_config(tmp)
+                db = duckdb.connect(config={**config, "threads": 1, "memory_limit": MEMORY_LIMIT})
+                db.execute("SET enable_progress_bar = false")
                 link = os.path.join(tmp, "postgres_scanner.duckdb_extension")
                 os.symlink(extension_path("postgres"), link)
                 db.execute(f"LOAD {_quote(link)}")
