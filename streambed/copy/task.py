@@ -17,10 +17,11 @@ file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import overload
 
 import pyarrow as pa
@@ -32,6 +33,8 @@ from streambed.copy.duck import (
     WIDE_ROW_BYTES,
     OutOfMemory,
     batch_rows,
+    char_length,
+    few_distinct,
     native,
     restore,
     select_query,
@@ -104,59 +107,72 @@ def copy_range(
         int(options.get("max_rows_per_file", str(MAX_ROWS_PER_FILE))),
     )
     block = int(options.get("batch_bytes", str(DEFAULT_BATCH_BYTES)))
+    unique: list[str] = json.loads(options.get("unique", "[]"))
     if reader == "duckdb" and float(options.get("row_bytes", "0")) > WIDE_ROW_BYTES:
         reader = "csv"
     while True:
         # Each attempt (a Spark retry, or a re-read with larger blocks) writes under its own
         # names, and a failed one deletes its files.
-        output = TaskOutput(
-            fs,
-            base,
-            output_dir,
-            f"{run_id}-{index:05d}-{uuid.uuid4().hex[:8]}",
-            arrow_schema,
-            row_group_rows=int(options.get("row_group_rows", str(ROW_GROUP_ROWS))),
-            row_group_bytes=int(options.get("row_group_bytes", str(ROW_GROUP_BYTES))),
-            max_rows_per_file=max_rows,
-            unique=json.loads(options.get("unique", "[]")),
-        )
+        output: TaskOutput | None = None
         try:
-            parsed, batches = _read(options, columns, index, block_range, reader, block)
+            parsed, batches, schema = _read(
+                options, columns, arrow_schema, index, block_range, reader, block
+            )
+            output = TaskOutput(
+                fs,
+                base,
+                output_dir,
+                f"{run_id}-{index:05d}-{uuid.uuid4().hex[:8]}",
+                schema,
+                row_group_rows=int(options.get("row_group_rows", str(ROW_GROUP_ROWS))),
+                row_group_bytes=int(options.get("row_group_bytes", str(ROW_GROUP_BYTES))),
+                max_rows_per_file=max_rows,
+                unique=unique,
+            )
             for raw in batches:
-                output.write(raw_to_table(raw, columns, arrow_schema, qualified, parsed))
+                output.write(raw_to_table(raw, columns, schema, qualified, parsed))
             files = output.close()
             break
         except OutOfMemory as e:  # rows too wide for DuckDB's 2048-row vectors
-            output.discard()
+            _discard(output)
             logger.warning("copying %s with the csv reader instead: %s", qualified, e)
             reader = "csv"
         except RowTooLarge as e:
-            output.discard()
+            _discard(output)
             if block >= MAX_BATCH_BYTES:
                 raise copy_failure(f"copying {qualified}", e) from None
             block = min(block * 8, MAX_BATCH_BYTES)
         except (CopyClientError, ConfigError) as e:  # ConfigError: no DuckDB extension here
-            output.discard()
+            _discard(output)
             raise copy_failure(f"copying {qualified}", e) from None
         except SchemaError as e:  # a value the lake table cannot hold exactly
-            output.discard()
+            _discard(output)
             raise copy_failure(SCHEMA_MARK, e) from None
         except BaseException:
-            output.discard()
+            _discard(output)
             raise
     for f in files:
         yield (f.uri, f.rows, f.bytes)
 
 
+def _discard(output: TaskOutput | None) -> None:
+    if output is not None:
+        output.discard()
+
+
 def _read(
     options: Mapping[str, str],
     columns: Sequence[RelationColumn],
+    arrow_schema: pa.Schema,
     index: int,
     block_range: BlockRange,
     reader: str,
     block: int,
-) -> tuple[list[bool], Iterator[pa.RecordBatch]]:
-    """Which columns the reader parses, and its batches of the range."""
+) -> tuple[list[bool], Iterator[pa.RecordBatch], pa.Schema]:
+    """Which columns the reader parses, its batches of the range, and the schema to write
+    them with: the lake table's, with a dictionary type for each `char(n)` column the
+    DuckDB reader pads as a dictionary (`duck.pad_distinct`: chosen by the first batch, when
+    its values repeat, `duck.few_distinct`; not a one-column key)."""
     name = f"streambed-copy {options['run_id']}/{index}"
     schema_name, table = options["schema"], options["table"]
     if reader == "duckdb":
@@ -169,9 +185,22 @@ def _read(
             batch_rows=batch_rows(float(options.get("row_bytes", "0"))),
             memory_limit=options.get("duckdb_memory_limit", MEMORY_LIMIT),
         )
-        return [native(c) for c in columns], (
-            restore(b, columns, f"{schema_name}.{table}") for b in batches
+        first = next(batches, None)
+        unique = json.loads(options.get("unique", "[]"))
+        distinct = {
+            i
+            for i, c in enumerate(columns)
+            if char_length(c) is not None
+            and c.name not in unique
+            and first is not None
+            and few_distinct(first.column(i))
+        }
+        where = f"{schema_name}.{table}"
+        restored = (
+            restore(b, columns, where, distinct)
+            for b in itertools.chain([] if first is None else [first], batches)
         )
+        return [native(c) for c in columns], restored, dictionary_schema(arrow_schema, distinct)
     types = csv_types(columns)
     statement = copy_statement(schema_name, table, [c.name for c in columns], block_range)
     batches = stream_copy(
@@ -183,7 +212,19 @@ def _read(
         batch_bytes=block,
         psql=find_psql(),
     )
-    return [t != pa.binary() for t in types], batches
+    return [t != pa.binary() for t in types], batches, arrow_schema
+
+
+def dictionary_schema(schema: pa.Schema, positions: Container[int]) -> pa.Schema:
+    """`schema` with the fields at `positions` as dictionaries of their type (the field's
+    Iceberg id kept)."""
+    return pa.schema(
+        [
+            f.with_type(pa.dictionary(pa.int32(), f.type)) if i in positions else f
+            for i, f in enumerate(schema)
+        ],
+        metadata=schema.metadata,
+    )
 
 
 def csv_types(columns: Sequence[RelationColumn]) -> list[pa.DataType]:

@@ -6,8 +6,9 @@ pending, and what is pending is written as one row group (a copy gathers large g
 merge writes each Spark batch as one, `row_group_rows=1`); files are rolled at
 `max_rows_per_file`. Every file is named `<prefix>-<n>.parquet` and written with the lake
 table's Arrow schema (Iceberg field ids, required columns, zstd; no dictionary for the
-`unique` columns: a one-column key). `close()` returns what was written; `discard()`
-deletes it (a failed task leaves nothing it knows of).
+`unique` columns: a one-column key; a dictionary field is written as its values' type).
+`close()` returns what was written; `discard()` deletes it (a failed task leaves nothing
+it knows of).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class TaskOutput:
         self.use_dictionary: bool | list[str] = (
             [f.name for f in schema if f.name not in unique] if unique else True
         )
+        # Dictionary columns (a copy's `char(n)`, `streambed.copy.duck.pad_distinct`) are
+        # written as the strings they hold: the Arrow schema is not stored, so every reader
+        # (pyiceberg's footer check too) sees the lake table's types.
+        self._dictionaries = any(pa.types.is_dictionary(f.type) for f in schema)
         self.files: list[WrittenFile] = []
         self._started: list[str] = []  # paths in `fs`, for discard()
         self._pending: list[pa.Table] = []
@@ -108,6 +113,8 @@ class TaskOutput:
         if not self._pending:
             return
         group = pa.concat_tables(self._pending)
+        if self._dictionaries:  # one dictionary per row group, else each batch is decoded
+            group = group.unify_dictionaries()
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         start = 0
         while start < group.num_rows:
@@ -127,7 +134,11 @@ class TaskOutput:
         self._started.append(path)
         self._stream = self.fs.open_output_stream(path)
         self._writer = pq.ParquetWriter(
-            self._stream, self.schema, compression="zstd", use_dictionary=self.use_dictionary
+            self._stream,
+            self.schema,
+            compression="zstd",
+            use_dictionary=self.use_dictionary,
+            store_schema=not self._dictionaries,
         )
         self._rows_in_file = 0
 

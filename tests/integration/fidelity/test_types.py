@@ -230,8 +230,18 @@ def test_every_type_copied_reads_back_as_postgres_renders_it(served: Served, rea
         "INSERT INTO chars VALUES (1, 'ab', 'ab  ', 'ab  '), (2, 'éè', ' ', ''), "
         "(3, '', '', NULL), (4, NULL, NULL, 'x'), (5, 'abcde', 'a b', ' a ')",
     )
+    # char(n) values that repeat: the DuckDB reader pads each distinct value once and writes
+    # a dictionary (duck.pad_distinct); the stream's merge then rewrites those files.
+    served.execute(
+        "CREATE TABLE codes (id int PRIMARY KEY, c char(3), d char(2))",
+        "INSERT INTO codes SELECT g, (ARRAY['a', 'bb', 'é', ''])[g % 4 + 1], "
+        "CASE WHEN g % 7 <> 0 THEN 'x' END FROM generate_series(1, 300) g",
+    )
     served.start(STREAMBED_COPY_READER=reader)
     served.wait_equal(select_all())
     served.wait_equal("SELECT id, c, b, v FROM chars ORDER BY id")
+    served.wait_equal("SELECT id, c, d FROM codes ORDER BY id")
+    served.execute("UPDATE codes SET c = 'zz', d = NULL WHERE id % 5 = 0")
+    served.wait_equal("SELECT id, c, d FROM codes ORDER BY id")
     assert len(served.source_text(select_all())) == count
     served.proc.stop()

@@ -17,8 +17,10 @@ from streambed.copy.duck import (
     _write_passfile,
     batch_rows,
     conninfo,
+    few_distinct,
     native,
     pad,
+    pad_distinct,
     restore,
     select_query,
 )
@@ -112,6 +114,22 @@ def test_pad_equals_arrows_rpad(values: list[str | None], width: int, skip: int)
     assert padded.equals(expected)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | st.sampled_from(["", "a", "é ", "bc"]) | chars, max_size=30))
+def test_pad_distinct_holds_the_values_pad_makes(values: list[str | None]) -> None:
+    array = pa.array(values, pa.string())
+    padded = pad_distinct(array, 6)
+    padded.validate(full=True)
+    assert padded.dictionary_decode().equals(pad(array, 6))
+    assert len(padded.dictionary) == len(set(values) - {None})
+
+
+def test_few_distinct_means_at_most_a_quarter() -> None:
+    assert few_distinct(pa.array(["a", "b"] * 4))
+    assert not few_distinct(pa.array(["a", "b", "c"] + ["a"] * 8))
+    assert not few_distinct(pa.array([], pa.string()))
+
+
 def test_restore_pads_only_char_n_columns() -> None:
     batch = pa.record_batch(
         [pa.array(["ab", None]), pa.array(["ab", "x"]), pa.array([1, 2], pa.int32())],
@@ -126,6 +144,9 @@ def test_restore_pads_only_char_n_columns() -> None:
     assert out.column(0).to_pylist() == ["ab  ", None]
     assert out.column(1).to_pylist() == ["ab", "x"]
     assert out.column(2).to_pylist() == [1, 2]
+    out = restore(batch, columns, distinct={0, 1})  # only a char(n) column is padded
+    assert out.column(0).dictionary.to_pylist() == ["ab  "]
+    assert out.column(1).to_pylist() == ["ab", "x"]
 
 
 def test_the_password_goes_to_a_password_file_not_the_keywords(tmp_path: Path) -> None:

@@ -96,3 +96,25 @@ def test_a_unique_column_is_written_without_a_dictionary(tmp_path: Path) -> None
     column = pq.ParquetFile(written.uri.removeprefix("file://")).metadata.row_group(0).column
     assert not any("DICTIONARY" in e for e in column(0).encodings)  # id
     assert any("DICTIONARY" in e for e in column(1).encodings)  # name
+
+
+def test_a_dictionary_field_is_written_as_its_values(tmp_path: Path) -> None:
+    """A copy's char(n) column arrives as dictionary arrays whose dictionaries differ from
+    batch to batch; the file holds plain strings (no Arrow schema saying otherwise)."""
+    schema = pa.schema(
+        [SCHEMA.field("id"), SCHEMA.field("name").with_type(pa.dictionary(pa.int32(), pa.string()))]
+    )
+    base = str(tmp_path / "out")
+    out = TaskOutput(pafs.LocalFileSystem(), base, base, "run", schema, row_group_rows=6)
+    names: list[list[str | None]] = [["a", "b", None], ["b", "c", "a"], ["é", None, "c"]]
+    for n, values in enumerate(names):
+        names_array = pa.array(values).dictionary_encode()
+        out.write(pa.table([pa.array([3 * n, 3 * n + 1, 3 * n + 2]), names_array], schema=schema))
+    (written,) = out.close()
+    table = pq.read_table(written.uri)
+    assert table.schema.field("name").type == pa.string()
+    assert table.schema.field("name").metadata == {b"PARQUET:field_id": b"2"}
+    assert table.column("name").to_pylist() == [v for group in names for v in group]
+    assert b"ARROW:schema" not in (pq.read_metadata(written.uri).metadata or {})
+    column = pq.ParquetFile(written.uri).metadata.row_group(0).column(1)
+    assert any("DICTIONARY" in e for e in column.encodings)
