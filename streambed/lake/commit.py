@@ -13,6 +13,7 @@ files gone) returns the current metadata location without committing again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from pyiceberg.exceptions import (
@@ -32,6 +33,7 @@ from streambed.lake.files import current_data_files
 
 SUMMARY_LSN: Final = "streambed.lsn"
 COMMIT_ATTEMPTS: Final = 4
+FOOTER_READERS: Final = 8
 
 
 def frontier(table: Table) -> int | None:
@@ -93,7 +95,7 @@ def _commit(
                 kind=Kind.COMMIT_CONFLICT,
             )
         if new_files is None:
-            new_files = [_data_file(table, path) for path in dict.fromkeys(added)]
+            new_files = _data_files(table, list(dict.fromkeys(added)))
         try:
             with table.transaction() as tx:
                 update = tx.update_snapshot(snapshot_properties={SUMMARY_LSN: str(lsn)})
@@ -134,6 +136,15 @@ def _already_committed(
     if current != lsn or not added:
         return False
     return all(p in live for p in added) and not any(p in live for p in removed)
+
+
+def _data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
+    """The DataFiles of `paths`, in order; their footers are read `FOOTER_READERS` at a time
+    (on S3 each is a request: a copy of a large table adds dozens of files)."""
+    if len(paths) <= 1:
+        return [_data_file(table, p) for p in paths]
+    with ThreadPoolExecutor(min(FOOTER_READERS, len(paths))) as pool:
+        return list(pool.map(lambda p: _data_file(table, p), paths))
 
 
 def _data_file(table: Table, path: str) -> DataFile:
