@@ -318,7 +318,15 @@ def stream_range(
                 [f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}"],
             )
             result = db.execute(f"SELECT * FROM postgres_query('{alias}', ?)", [query])
-            yield from result.to_arrow_reader(batch_rows)
+            reader = result.to_arrow_reader(batch_rows)
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (pa.ArrowException, OSError) as e:  # DuckDB's error, through Arrow
+                    raise _stream_error(e) from None
+                yield batch
             db.execute("COMMIT")
         except duckdb.OutOfMemoryException as e:
             raise OutOfMemory(_message(e)) from None
@@ -334,6 +342,15 @@ def stream_range(
             with contextlib.suppress(duckdb.Error):
                 db.close()
         tmp.cleanup()
+
+
+def _stream_error(error: BaseException) -> CopyClientError:
+    """An error DuckDB raised while the rows streamed: Arrow's reader re-raises it as its
+    own (`OSError: IO Error: Unable to read binary COPY data from Postgres: ...`)."""
+    text = str(error)
+    if "Out of Memory" in text:
+        return OutOfMemory(_message(error))
+    return CopyClientError(_message(error))
 
 
 def _message(error: BaseException) -> str:
