@@ -29,7 +29,12 @@ from streambed.copy.catalog import TableInfo
 from streambed.copy.datasource import ERROR_MARK, READER, SCHEMA_MARK, PgCopySource
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import block_ranges
-from streambed.copy.snapshot import SnapshotExpired, snapshot_expired
+from streambed.copy.snapshot import (
+    CopyInterrupted,
+    SnapshotExpired,
+    connection_lost,
+    snapshot_expired,
+)
 from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
@@ -312,6 +317,12 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
             return SnapshotExpired(
                 f"copy of {qualified} failed: {message} (the transaction holding the copy's "
                 "snapshot ended before this task imported it)",
+                kind=kind,
+            )
+        if connection_lost(message):
+            return CopyInterrupted(
+                f"copy of {qualified} failed: {message} (a copy task's connection to the "
+                "source ended while it read)",
                 kind=kind,
             )
         if "does not exist" in message:

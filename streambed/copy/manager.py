@@ -14,8 +14,10 @@ The rules the pipeline follows through this class:
   the hold; changes at or below the seam are skipped by the frontier, those above it are
   applied, and tables that were already current skip what they already hold.
 - A copy whose snapshot expired (its anchor transaction ended before every task imported
-  it) is copied again at once under a new snapshot, keeping its hold, up to
-  `SNAPSHOT_ATTEMPTS` snapshots; only then does it fail as below.
+  it), or one of whose tasks lost its connection while reading (`CopyInterrupted`: its
+  backend terminated, its statement cancelled), is copied again at once under a new
+  snapshot, keeping its hold, up to `SNAPSHOT_ATTEMPTS` snapshots; only then does it fail
+  as below.
 - A failed copy (table dropped, no SELECT permission, Spark error) leaves
   the table `pending` and blocked, releases its hold, and is retried at the next start or
   by `streambed resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
@@ -45,7 +47,7 @@ from streambed.config import Settings
 from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
 from streambed.copy.progress import ProgressBoard
-from streambed.copy.snapshot import SnapshotAnchor, SnapshotExpired
+from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
 from streambed.errors import Kind, SourceError, StreambedError
 from streambed.failpoints import reached
 from streambed.lake.types import with_base_types
@@ -431,7 +433,7 @@ class CopyManager:
             error = e if isinstance(e, StreambedError) else StreambedError(str(e))
             discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
             self.progress.finish(info.qualified, None, failed=True)
-            if isinstance(error, SnapshotExpired):
+            if isinstance(error, SnapshotExpired | CopyInterrupted):
                 self._expired(name, error, expired)
             else:
                 self._fail(name, error)
@@ -453,23 +455,33 @@ class CopyManager:
         with self._lock:
             self._outcomes.append(Outcome(name, frontier=result.frontier))
 
-    def _expired(self, name: Name, error: SnapshotExpired, retry: list[Name]) -> None:
-        """The copy's snapshot expired: add `name` to `retry` (copied again under a new
-        snapshot) unless it has had `SNAPSHOT_ATTEMPTS` snapshots; then it fails."""
+    def _expired(
+        self, name: Name, error: SnapshotExpired | CopyInterrupted, retry: list[Name]
+    ) -> None:
+        """The copy's snapshot expired, or a task lost its connection: add `name` to `retry`
+        (copied again under a new snapshot) unless it has had `SNAPSHOT_ATTEMPTS` snapshots;
+        then it fails."""
         qualified = f"{name[0]}.{name[1]}"
+        lost = isinstance(error, CopyInterrupted)
         with self._lock:
             taken = self._snapshots_taken.get(name, 0) + 1
             self._snapshots_taken[name] = taken
             if taken >= SNAPSHOT_ATTEMPTS:
                 del self._snapshots_taken[name]
         if taken >= SNAPSHOT_ATTEMPTS:
+            what = (
+                f"The copy was interrupted {taken} times; check what ends the `streambed-copy` "
+                "connections (pg_terminate_backend, statement_timeout for the role, a "
+                "connection pooler or proxy timeout)"
+                if lost
+                else f"The copy's snapshot expired {taken} times; check what ends the "
+                "`streambed-copy anchor` connection (pg_terminate_backend, a connection "
+                "pooler or proxy timeout)"
+            )
             self._fail(
                 name,
                 SourceError(
-                    f"{error}. The copy's snapshot expired {taken} times; check what ends "
-                    "the `streambed-copy anchor` connection (pg_terminate_backend, a "
-                    "connection pooler or proxy timeout), then run `streambed resync "
-                    f"{qualified}`",
+                    f"{error}. {what}, then run `streambed resync {qualified}`",
                     kind=Kind.SOURCE_SETUP,
                 ),
             )
@@ -478,8 +490,11 @@ class CopyManager:
             self.state.abandon_copy(*name)
         log(
             logger,
-            "the copy's snapshot expired before its tasks imported it; copying the table "
-            "again under a new snapshot",
+            "a copy task lost its connection to the source; copying the table again under "
+            "a new snapshot"
+            if lost
+            else "the copy's snapshot expired before its tasks imported it; copying the "
+            "table again under a new snapshot",
             logging.WARNING,
             table=qualified,
             attempt=f"{taken + 1} of {SNAPSHOT_ATTEMPTS}",

@@ -15,7 +15,8 @@ skips changes with commit LSN <= frontier, i.e. those the copy already holds.
 A snapshot *expires* when the anchor's transaction ends before every copy task imported it
 (the anchor's connection was closed or terminated, e.g. by an administrator or a network
 failure): the tasks that start afterwards fail with `invalid snapshot identifier`. That is
-`SnapshotExpired`; the copy manager copies such tables again under a new snapshot. The
+`SnapshotExpired`; the copy manager copies such tables again under a new snapshot, as it
+does when a task's own connection is lost mid-read (`CopyInterrupted`). The
 anchor turns off `idle_in_transaction_session_timeout` (and `transaction_timeout`, PG 17)
 for its own session, since it stays idle in its transaction for the whole copy.
 """
@@ -40,12 +41,32 @@ from streambed.replication.connection import ReplicationConnection
 logger = logging.getLogger("streambed.copy")
 
 _EXPIRED_MESSAGES = ("invalid snapshot identifier", "could not import the requested snapshot")
+_LOST_MESSAGES = (
+    "terminating connection",  # pg_terminate_backend, a server shutting down
+    "server closed the connection",
+    "could not receive data from server",
+    "connection to server was lost",
+    "canceling statement due to",  # pg_cancel_backend, statement_timeout, recovery conflict
+)
 
 
 class SnapshotExpired(SourceError):
     """A copy task could not import the copy's snapshot: its transaction had ended."""
 
     kind = Kind.SOURCE_SETUP
+
+
+class CopyInterrupted(SourceError):
+    """A copy task lost its connection to the source while reading (its backend was
+    terminated or its statement cancelled, or the network failed): nothing was committed,
+    and the copy manager copies the table again under a new snapshot."""
+
+    kind = Kind.SOURCE_SETUP
+
+
+def connection_lost(message: str) -> bool:
+    """Whether a source error message says a copy task's connection or statement ended."""
+    return any(m in message for m in _LOST_MESSAGES)
 
 
 def snapshot_expired(message: str) -> bool:

@@ -1,9 +1,12 @@
 """A copy whose snapshot expires before its tasks import it (the `expire_copy_snapshot`
-failpoint ends the anchor's transaction) is reported, copied again under a new snapshot,
-and exact; the other tables keep streaming meanwhile. One that keeps expiring fails with
-the command to run, and that command copies it."""
+failpoint ends the anchor's transaction), or one of whose tasks has its backend terminated
+while it reads, is reported, copied again under a new snapshot, and exact; the other tables
+keep streaming meanwhile. One that keeps expiring fails with the command to run, and that
+command copies it."""
 
 from __future__ import annotations
+
+import threading
 
 import psycopg
 import pytest
@@ -23,6 +26,7 @@ from tests.integration.pipeline.harness import wait_lake_equals_source, wait_unt
 pytestmark = pytest.mark.integration
 
 EXPIRED = "the copy's snapshot expired before its tasks imported it"
+LOST = "a copy task lost its connection to the source"
 
 
 def _copies_started(d: Deployment, table: str) -> int:
@@ -59,6 +63,79 @@ def test_a_table_added_while_streaming_whose_snapshot_expires_is_copied_again(
     for table in TABLES:  # never blocked: copied once at the start, streamed since
         assert _copies_started(d, table) == 1, table
     wait_lake_equals_source(d.settings, d.url, everything, d.proc, timeout=240)
+    assert d.proc.stop() == 0
+
+
+class _Terminator(threading.Thread):
+    """Terminates the backend of the first copy task seen reading `table` (its COPY
+    running), as an administrator's `pg_terminate_backend` would."""
+
+    def __init__(self, url: str, table: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.table = table
+        self.halt = threading.Event()
+        self.terminated = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._watch()
+        except BaseException as e:  # reported by the test
+            self.error = e
+
+    def _watch(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self.halt.is_set():
+                row = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
+                    "'streambed-copy %%/%%' AND state = 'active' AND query LIKE 'COPY%%' "
+                    "AND query LIKE %s LIMIT 1",
+                    (f'%"{self.table}"%',),
+                ).fetchone()
+                if row is not None:
+                    conn.execute("SELECT pg_terminate_backend(%s)", row)
+                    self.terminated = True
+                    return
+                self.halt.wait(0.02)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(30)
+
+
+def test_a_copy_task_whose_backend_is_terminated_is_copied_again(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO kept SELECT g, 'v' || g FROM generate_series(1, 500) g")
+        conn.execute("CREATE TABLE cut (id int PRIMARY KEY, v text, pad text)")
+        conn.execute(
+            "INSERT INTO cut SELECT g, 'v' || g, repeat('x', 100) "
+            "FROM generate_series(1, 1000000) g"
+        )
+        conn.execute("ANALYZE")
+    terminator = _Terminator(d.url, "cut")
+    terminator.start()
+    try:
+        d.proc.start()
+        wait_until(lambda: _all_ready(d, ["public.kept", "public.cut"]), 300, "both copied", d.proc)
+    finally:
+        terminator.stop()
+    assert terminator.error is None, terminator.error
+    assert terminator.terminated
+    lost = [line for line in d.proc.logs().splitlines() if LOST in line]
+    assert len(lost) == 1, lost
+    assert "public.cut" in lost[0]
+    # Postgres's FATAL message, or what libpq says when it reads the closed socket first.
+    assert "terminating connection" in lost[0] or "server closed the connection" in lost[0]
+    assert "Traceback" not in lost[0]
+    assert "2 of 3" in lost[0]
+    assert _copies_started(d, "public.cut") == 2
+    assert _copies_started(d, "public.kept") == 1
+    wait_lake_equals_source(d.settings, d.url, ["public.kept", "public.cut"], d.proc, timeout=240)
     assert d.proc.stop() == 0
 
 

@@ -1,0 +1,74 @@
+"""How a failed copy job is reported: the worker's message out of Spark's wrapping, and
+which failures the copy manager retries under a new snapshot."""
+
+from __future__ import annotations
+
+import pytest
+
+from streambed.copy.datasource import SCHEMA_MARK, copy_failure
+from streambed.copy.job import _failure
+from streambed.copy.snapshot import CopyInterrupted, SnapshotExpired
+from streambed.errors import Kind, SchemaError, SourceError, StreambedError
+
+
+def _spark_error(what: str, message: str) -> Exception:
+    """A worker's `copy_failure` as Spark re-raises it in the driver: inside a traceback."""
+    return RuntimeError(
+        "An exception was thrown from the Python worker. Traceback (most recent call last):\n"
+        f"  ...\nRuntimeError: {copy_failure(what, RuntimeError(message))}\n\tat org.apache..."
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "terminating connection due to administrator command SSL connection has been closed",
+        "server closed the connection unexpectedly This probably means the server terminated",
+        "canceling statement due to user request",
+        "canceling statement due to statement timeout",
+        "could not receive data from server: Connection reset by peer",
+    ],
+)
+def test_a_lost_connection_is_an_interrupted_copy(message: str) -> None:
+    error = _failure("public.t", _spark_error("copying public.t", message))
+    assert isinstance(error, CopyInterrupted)
+    assert message in str(error) and "public.t" in str(error)
+    assert error.kind is Kind.SOURCE_SETUP
+
+
+def test_an_expired_snapshot_is_reported_as_such() -> None:
+    error = _failure(
+        "public.t", _spark_error("copying public.t", 'invalid snapshot identifier: "0-1"')
+    )
+    assert isinstance(error, SnapshotExpired)
+    assert not isinstance(error, CopyInterrupted)
+
+
+@pytest.mark.parametrize(
+    ("message", "hint"),
+    [
+        ("permission denied for table t", "GRANT SELECT ON public.t"),
+        ('relation "public.t" does not exist', "dropped during its copy"),
+        (
+            'connection to server at "h", port 5 failed: FATAL: password authentication failed',
+            "password authentication failed",
+        ),
+    ],
+)
+def test_other_source_errors_are_not_retried(message: str, hint: str) -> None:
+    error = _failure("public.t", _spark_error("copying public.t", message))
+    assert type(error) is SourceError
+    assert hint in str(error)
+
+
+def test_a_value_the_lake_cannot_hold_is_a_schema_error() -> None:
+    error = _failure("public.t", _spark_error(SCHEMA_MARK, "public.t.at: 294248-01-01 ..."))
+    assert isinstance(error, SchemaError)
+    assert "294248-01-01" in str(error)
+
+
+def test_a_spark_failure_without_a_worker_message_is_a_storage_error() -> None:
+    error = _failure("public.t", RuntimeError("Job aborted due to stage failure: lost executor"))
+    assert type(error) is StreambedError
+    assert error.kind is Kind.STORAGE
+    assert "lost executor" in str(error)
