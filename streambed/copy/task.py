@@ -116,7 +116,7 @@ def copy_range(
         output: TaskOutput | None = None
         try:
             parsed, batches, schema = _read(
-                options, columns, arrow_schema, index, block_range, reader, block
+                options, columns, arrow_schema, unique, index, block_range, reader, block
             )
             output = TaskOutput(
                 fs,
@@ -164,6 +164,7 @@ def _read(
     options: Mapping[str, str],
     columns: Sequence[RelationColumn],
     arrow_schema: pa.Schema,
+    unique: Sequence[str],
     index: int,
     block_range: BlockRange,
     reader: str,
@@ -172,7 +173,7 @@ def _read(
     """Which columns the reader parses, its batches of the range, and the schema to write
     them with: the lake table's, with a dictionary type for each `char(n)` column the
     DuckDB reader pads as a dictionary (`duck.pad_distinct`: chosen by the first batch, when
-    its values repeat, `duck.few_distinct`; not a one-column key)."""
+    its values repeat, `duck.few_distinct`; not a `unique` column, a one-column key)."""
     name = f"streambed-copy {options['run_id']}/{index}"
     schema_name, table = options["schema"], options["table"]
     if reader == "duckdb":
@@ -186,7 +187,6 @@ def _read(
             memory_limit=options.get("duckdb_memory_limit", MEMORY_LIMIT),
         )
         first = next(batches, None)
-        unique = json.loads(options.get("unique", "[]"))
         distinct = {
             i
             for i, c in enumerate(columns)
