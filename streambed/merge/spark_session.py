@@ -10,10 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import sysconfig
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streambed.config import Settings
+from streambed.merge.spark_python import NAME as SPARK_PYTHON
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +81,7 @@ def get_spark(settings_or_master: Settings | str | None = None) -> SparkSession:
                     master,
                 )
             return _session
-        _prepare_environment()
+        _prepare_environment(master)
         _session = _build(master)
         _session_master = master
         return _session
@@ -94,11 +97,32 @@ def stop_spark() -> None:
             _session_master = None
 
 
-def _prepare_environment() -> None:
+def _prepare_environment(master: str) -> None:
     # Workers start `python3` from PATH unless told otherwise, and that one may lack pyarrow.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The driver's Python too: Spark starts it for the data source lookup.
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = worker_python(master)
+
+
+def worker_python(master: str) -> str:
+    """The Python Spark starts for its workers: for a `local` master whose Spark is the
+    installed pyspark, `streambed-spark-python` installed beside this interpreter (it runs
+    this interpreter with the installed, compiled pyspark instead of Spark's source archive,
+    `streambed.merge.spark_python`); otherwise this interpreter."""
+    if not master.startswith("local"):
+        return sys.executable  # executors elsewhere run their own Python
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME")
+    installed = Path(pyspark.__file__).resolve().parent
+    if home is not None and Path(home).resolve() != installed:
+        return sys.executable  # another Spark: its archive may hold another pyspark
+    for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        script = directory / SPARK_PYTHON
+        if script.is_file() and os.access(script, os.X_OK):
+            return str(script)
+    log.debug("%s is not installed; Spark's workers import pyspark from its archive", SPARK_PYTHON)
+    return sys.executable
 
 
 def _build(master: str) -> SparkSession:

@@ -1,0 +1,177 @@
+"""First start: how long a new `streambed run` takes to copy a table, beside a cold DuckDB.
+
+    .venv/bin/python bench/first_start.py [--scale 10] [--repeat 2] [--tree DIR]
+
+A throwaway Postgres 15 gets `pgbench -i -s <scale>` (10 → 1M accounts) and a publication
+of all tables. Each round starts `streambed run` as a user would, in a new process with a
+new data directory (`STREAMBED_SPARK_MASTER=local[2]`), reads its log, and notes when it
+starts Spark, when the copy of `pgbench_accounts` starts and when it commits; then it
+sends SIGINT and waits for the process to end. Just before that it reads the CPU time of
+Spark's Python worker daemons (`pyspark.daemon` processes started by the JVM, one per kind
+of worker) from /proc.
+
+The reference is what a user would otherwise run once: a new Python process that loads
+DuckDB 1.5.5's postgres extension and writes the same table to one Parquet file.
+
+`--tree` runs the streambed of another checkout (e.g. a worktree of an older commit) with
+this script, to compare two versions on the same machine. Nothing is written outside a
+temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.initial_load import _duckdb_extension
+from streambed.copy.client import find_psql
+from tests.fixtures.postgres import ThrowawayPostgres, free_port
+
+TABLE = "public.pgbench_accounts"
+DUCKDB_COPY = """
+import sys, duckdb
+db = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+db.execute(f"LOAD '{sys.argv[1]}'")
+db.execute(f"ATTACH '{sys.argv[2]}' AS src (TYPE postgres, READ_ONLY)")
+db.execute(f"COPY (SELECT * FROM src.public.pgbench_accounts) TO '{sys.argv[3]}' (FORMAT parquet)")
+"""
+
+
+def daemon_cpu() -> list[float]:
+    """CPU seconds of each Spark Python worker daemon (its forked workers not included)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            command = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent = Path(f"/proc/{fields[1]}/cmdline")
+        try:
+            parent_is_java = b"java" in parent.read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if b"pyspark.daemon" in command and parent_is_java:
+            found.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    return found
+
+
+def first_start(tree: Path, url: str, env: dict[str, str]) -> dict[str, float]:
+    """One `streambed run` on a new data directory: seconds from the start to each event."""
+    with tempfile.TemporaryDirectory(prefix="streambed-bench-") as data:
+        run_env = {
+            **env,
+            "STREAMBED_SOURCE_URL": url,
+            "STREAMBED_DATA_DIR": data,
+            "STREAMBED_SPARK_MASTER": "local[2]",
+            "STREAMBED_QUERY_LISTEN": f"127.0.0.1:{free_port()}",
+            "PYTHONPATH": str(tree),
+        }
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streambed.cli", "run"],
+            env=run_env,
+            cwd=tree,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        seen: dict[str, float] = {}
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                now = time.monotonic() - started
+                if "starting spark" in line:
+                    seen.setdefault("spark", now)
+                elif f"table={TABLE} " in line and "copy started" in line:
+                    seen.setdefault("copy started", now)
+                elif f"table={TABLE} " in line and "copy committed" in line:
+                    seen["copied"] = now
+                    cpu = daemon_cpu()
+                    seen["daemons"] = len(cpu)
+                    seen["daemon cpu"] = sum(cpu)
+                    break
+                elif re.search(r"\b(error|critical)\b", line):
+                    print(line.rstrip(), file=sys.stderr)
+        finally:
+            process.send_signal(signal.SIGINT)
+            stopping = time.monotonic()
+            if process.stdout is not None:
+                for _ in process.stdout:
+                    pass
+            process.wait(120)
+            seen["stop"] = time.monotonic() - stopping
+        if "copied" not in seen:
+            raise SystemExit(f"streambed exited ({process.returncode}) before copying {TABLE}")
+        return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    args = parser.parse_args()
+    psql = find_psql()
+    assert psql is not None, "psql is needed for pgbench"
+    pgbench = str(Path(psql).parent / "pgbench")
+    extension = _duckdb_extension()
+    with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory(prefix="streambed-bench-") as tmp:
+        url = pg.url()
+        env = {**os.environ, "PGPASSWORD": pg.password}
+        subprocess.run(
+            [pgbench, "-i", "-q", "-s", str(args.scale), url],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with pg.connect() as conn:
+            conn.execute("VACUUM ANALYZE pgbench_accounts")
+            conn.execute("CREATE PUBLICATION streambed FOR ALL TABLES")
+            rows = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()[0]  # type: ignore[index]
+            conn.commit()
+        scanner = Path(tmp) / "postgres_scanner.duckdb_extension"  # see initial_load.py
+        if extension is not None:
+            scanner.write_bytes(Path(extension).read_bytes())
+        print(f"{rows:,} rows; streambed from {args.tree}; load {os.getloadavg()[0]:.2f}")
+        ours: list[float] = []
+        ducks: list[float] = []
+        for _ in range(args.repeat):
+            if extension is not None:
+                started = time.monotonic()
+                subprocess.run(
+                    [sys.executable, "-c", DUCKDB_COPY, str(scanner), url, f"{tmp}/duck.parquet"],
+                    check=True,
+                    env=env,
+                )
+                ducks.append(time.monotonic() - started)
+            seen = first_start(args.tree, url, env)
+            ours.append(seen["copied"])
+            print(
+                f"  round: spark starts at {seen['spark']:.1f} s, copy starts at "
+                f"{seen['copy started']:.1f} s, committed at {seen['copied']:.1f} s; "
+                f"{seen['daemons']:.0f} Python worker daemons used {seen['daemon cpu']:.2f} "
+                f"CPU s; stop took {seen['stop']:.1f} s"
+                + (f"; cold DuckDB {ducks[-1]:.1f} s" if ducks else ""),
+                flush=True,
+            )
+        print(
+            f"{TABLE} copied by a first start in {min(ours):.1f} s best, "
+            f"{statistics.median(ours):.1f} s median"
+            + (f"; a cold DuckDB process copies it in {min(ducks):.1f} s" if ducks else "")
+        )
+
+
+if __name__ == "__main__":
+    main()
