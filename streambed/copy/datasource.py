@@ -18,8 +18,9 @@ imported by the task itself. The first copy of a process starts four kinds of Py
 one after another, and each used to import pyarrow, psycopg and pyiceberg for this.
 
 The rows the data source returns are not the table's: one small row per written file,
-`(path, rows, bytes)`, which the driver collects and commits. No table row passes through
-the JVM. A failed task deletes the files it wrote.
+`(path, rows, bytes, started, ended)` (the last two: when its task began and finished
+copying, in seconds since the epoch), which the driver collects and commits. No table
+row passes through the JVM. A failed task deletes the files it wrote.
 
 Options are strings. Spark redacts the value of options whose name matches `url`,
 `secret` or `access.key`, so the source URL (with its password) and S3 keys never appear in
@@ -36,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 READER = "streambed_pg_copy"
-FILES_SCHEMA = "path STRING, rows BIGINT, bytes BIGINT"
+FILES_SCHEMA = "path STRING, rows BIGINT, bytes BIGINT, started DOUBLE, ended DOUBLE"
 ERROR_MARK = "streambed-copy-error:"
 SCHEMA_MARK = "a value cannot be stored"  # `copy_failure`'s `what` for a SchemaError
 
@@ -78,7 +79,7 @@ class _RangeReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [RangePartition(i, s, e) for i, (s, e) in enumerate(self.ranges)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, float, float]]:
         assert isinstance(partition, RangePartition)
         from streambed.copy.task import copy_range  # here, not at the top: see the module doc
 

@@ -69,6 +69,8 @@ class CopyResult:
     frontier: int
     metadata_location: str
     seconds: float
+    copying_seconds: float | None = None
+    """From the first task's start to the last task's end (None: no task wrote a file)."""
 
 
 def output_dir(table: Table, run_id: str) -> str:
@@ -171,6 +173,11 @@ def copy_table(
     files = [str(r["path"]) for r in written]
     rows = sum(int(r["rows"]) for r in written)
     size = sum(int(r["bytes"]) for r in written)
+    copying = (
+        max(float(r["ended"]) for r in written) - min(float(r["started"]) for r in written)
+        if written
+        else None
+    )
     failpoint("during_copy")  # files written, nothing committed: the crash tests stop here
     if reached("copy_leftover_file"):
         _plant_leftover(out, files, fs_options)
@@ -179,7 +186,14 @@ def copy_table(
     wait_for_tasks(spark, group)
     remove_orphans(out, files, fs_options, table=info.qualified)
     return CopyResult(
-        info.qualified, rows, len(files), size, frontier, location, time.monotonic() - started
+        info.qualified,
+        rows,
+        len(files),
+        size,
+        frontier,
+        location,
+        time.monotonic() - started,
+        copying,
     )
 
 

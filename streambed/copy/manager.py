@@ -441,7 +441,7 @@ class CopyManager:
         with self._lock:
             self._snapshots_taken.pop(name, None)
         self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
-        self.progress.finish(info.qualified, result.rows)
+        self.progress.finish(info.qualified, result.rows, copying=result.copying_seconds)
         log(
             logger,
             "copy committed",

@@ -4,8 +4,15 @@ Rows are counted where they are produced, in the source: `pg_stat_progress_copy`
 running COPY's `tuples_processed`, and every copy worker's connection is named
 `streambed-copy <run id>/<partition>` (application_name), so one query per interval from
 the driver sees every worker, on one machine or a cluster. A finished partition keeps the
-last count seen; a table's count becomes exact when its copy commits. The ETA divides the
-rows left, estimated from `pg_class.reltuples`, by the rate so far.
+last count seen; a table's count becomes exact when its copy commits.
+
+A table is `starting` until its first rows are counted (Spark planning the copy and, in a
+new process, starting its Python workers). rows/s is the rate over the last
+`RATE_WINDOW` seconds, counted from when rows began to flow (the last poll that saw none),
+so neither that wait nor an earlier, faster or slower phase skews it; the final line gives
+the average over the tasks' own time (from the first task's start to the last one's end,
+reported with the files: a small copy may start and end between two polls). The ETA
+divides the rows left, estimated from `pg_class.reltuples`, by that rate.
 
 On a terminal (stderr is a tty) the lines are redrawn in place every second; otherwise one
 log line per table every `log_interval` seconds.
@@ -18,6 +25,7 @@ import logging
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -27,6 +35,9 @@ from streambed.copy.session import copy_connect
 from streambed.log import log
 
 logger = logging.getLogger("streambed.copy")
+
+RATE_WINDOW = 10.0
+"""Seconds of samples rows/s is computed over."""
 
 
 @dataclass
@@ -39,14 +50,45 @@ class TableProgress:
     finished: float | None = None
     final_rows: int | None = None
     failed: bool = False
+    idle_until: float | None = None
+    samples: deque[tuple[float, int]] = field(default_factory=deque)
+    copying: float | None = None  # the tasks' own time, from the first start to the last end
 
     @property
     def rows(self) -> int:
         return self.final_rows if self.final_rows is not None else sum(self.parts.values())
 
+    @property
+    def flow_started(self) -> float:
+        """When rows began to flow: the last poll that counted none, else the copy's start."""
+        return self.idle_until if self.idle_until is not None else self.started
+
+    def observe(self, now: float) -> None:
+        """Record the count polled at `now`. Keeps the newest sample at least `RATE_WINDOW`
+        old and every later one."""
+        rows = self.rows
+        if rows == 0:
+            self.idle_until = now
+            return
+        self.samples.append((now, rows))
+        while len(self.samples) > 1 and self.samples[1][0] <= now - RATE_WINDOW:
+            self.samples.popleft()
+
     def rate(self, now: float) -> float:
-        elapsed = (self.finished or now) - self.started
-        return self.rows / elapsed if elapsed > 0 else 0.0
+        """Rows/s over the last `RATE_WINDOW` seconds of samples (or since rows began to
+        flow, if that is more recent); once finished, the average over the tasks' time (a
+        copy may run entirely between two polls), else since rows began to flow."""
+        if self.finished is not None and self.copying is not None:
+            return self.rows / self.copying if self.copying > 0 else 0.0
+        if self.finished is not None or not self.samples:
+            elapsed = (self.finished or now) - self.flow_started
+            return self.rows / elapsed if elapsed > 0 else 0.0
+        last, rows = self.samples[-1]
+        first, first_rows = self.samples[0]
+        if first > last - RATE_WINDOW:  # no sample that old: from the start of the flow
+            first, first_rows = self.flow_started, 0
+        elapsed = last - first
+        return (rows - first_rows) / elapsed if elapsed > 0 else 0.0
 
     def eta(self, now: float) -> float | None:
         if self.finished is not None:
@@ -57,12 +99,17 @@ class TableProgress:
         return max(0.0, (self.estimated_rows - self.rows) / rate)
 
     def line(self, now: float) -> str:
-        state = "failed" if self.failed else ("done" if self.finished is not None else "copying")
+        if self.failed:
+            state = "failed"
+        elif self.finished is not None:
+            state = "done"
+        else:
+            state = "copying" if self.rows else "starting"
         eta = self.eta(now)
         eta_text = "-" if eta is None else f"{eta:.0f}s"
         total = f"/~{self.estimated_rows:,}" if self.estimated_rows else ""
         return (
-            f"{self.qualified:40} {state:7} {self.rows:>12,}{total} rows "
+            f"{self.qualified:40} {state:8} {self.rows:>12,}{total} rows "
             f"{self.rate(now):>10,.0f} rows/s  eta {eta_text}"
         )
 
@@ -112,7 +159,15 @@ class ProgressBoard:
                 )
                 self._thread.start()
 
-    def finish(self, qualified: str, rows: int | None, failed: bool = False) -> None:
+    def finish(
+        self,
+        qualified: str,
+        rows: int | None,
+        failed: bool = False,
+        copying: float | None = None,
+    ) -> None:
+        """The copy of `qualified` ended: `rows` copied (None if it failed) in `copying`
+        seconds of its tasks' time."""
         with self._lock:
             t = self._tables.get(qualified)
             if t is None:
@@ -120,6 +175,7 @@ class ProgressBoard:
             t.finished = time.monotonic()
             t.final_rows = rows
             t.failed = failed
+            t.copying = copying
             line = t.line(t.finished)
         log(logger, "copy finished" if not failed else "copy failed", progress=line.strip())
 
@@ -169,10 +225,14 @@ class ProgressBoard:
                     conn.close()
 
     def _update(self, seen: dict[str, dict[int, int]]) -> None:
+        now = time.monotonic()
         with self._lock:
             for t in self._tables.values():
+                if t.finished is not None:
+                    continue
                 for part, rows in seen.get(t.run_id, {}).items():
                     t.parts[part] = max(t.parts.get(part, 0), rows)
+                t.observe(now)
 
     def _show(self, final: bool = False) -> None:
         now = time.monotonic()

@@ -11,8 +11,9 @@ The range is read by one of two readers (the option `reader`):
   text columns are parsed by the reader (`csv_types`), the others arrive as raw text.
 
 Raw text is converted by `streambed.lake.convert` as the stream's values are, and the rows
-are written by `streambed.lake.output.TaskOutput`. Returns one `(path, rows, bytes)` per
-file.
+are written by `streambed.lake.output.TaskOutput`. Returns one `(path, rows, bytes, started,
+ended)` per file: the last two are when the task began and finished copying (seconds since
+the epoch), which the copy's progress turns into its rate.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import overload
@@ -87,9 +89,10 @@ class ArrowValues(Sequence[bytes | None]):
 
 def copy_range(
     options: Mapping[str, str], index: int, start: int, end: int | None
-) -> Iterator[tuple[str, int, int]]:
+) -> Iterator[tuple[str, int, int, float, float]]:
     """Copy partition `index`, heap blocks `[start, end)` (`end` None: to the table's end),
     as the data source's `options` describe; yields each written file."""
+    began = time.time()
     schema_name, table = options["schema"], options["table"]
     run_id, output_dir = options["run_id"], options["output_dir"]
     qualified = f"{schema_name}.{table}"
@@ -151,8 +154,9 @@ def copy_range(
         except BaseException:
             _discard(output)
             raise
+    ended = time.time()
     for f in files:
-        yield (f.uri, f.rows, f.bytes)
+        yield (f.uri, f.rows, f.bytes, began, ended)
 
 
 def _discard(output: TaskOutput | None) -> None:

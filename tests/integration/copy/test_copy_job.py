@@ -119,6 +119,9 @@ def test_tasks_write_parquet_and_the_table_commits_once(
     anchor, info, table = c.anchor, c.info, c.table
     assert info.blocks >= 4
     assert result.rows == ROWS and result.files >= 2  # a range per core of local[2], at least
+    # The tasks' own time (the progress's final rate): within the job's, not Spark's planning.
+    assert result.copying_seconds is not None
+    assert 0 < result.copying_seconds < result.seconds
     table.refresh()
     assert frontier(table) == anchor.frontier
     assert len(table.history()) == 1  # one commit
