@@ -13,7 +13,8 @@ interpreter it runs under, so the workers import the installed pyspark. `spark_s
 it only for a `local` master whose `SPARK_HOME` is the installed pyspark (the archives then
 hold the same code); workers on a cluster run the cluster's Python as before.
 
-It imports nothing but `os` and `sys`: it runs at every worker daemon start.
+It runs at every worker daemon start, so it imports only `os` and `sys` (its package adds
+the pure merge plan: about 15 ms in all).
 """
 
 from __future__ import annotations
