@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +30,9 @@ from sqlite_utils import Database
 
 from streambed.errors import StateError
 from streambed.lsn import format_lsn
+
+BUSY_TIMEOUT: Final = 30.0
+"""Seconds a write waits for another process's write to end."""
 
 Status = Literal["pending", "copying", "ready"]
 STATUSES: Final[tuple[str, ...]] = get_args(Status)
@@ -79,7 +82,9 @@ class StateStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
-        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(
+            path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
+        )
         self._db = Database(conn)
         self._db.enable_wal()
         with self._lock, self._transaction():
@@ -291,9 +296,28 @@ class StateStore:
 
     # ---- internals -------------------------------------------------------------------
 
-    def _transaction(self) -> AbstractContextManager[Database]:
-        """Commits on success, rolls back on error."""
-        return self._db.atomic()
+    @contextmanager
+    def _transaction(self) -> Iterator[Database]:
+        """Commits on success, rolls back on error (a nested one is a savepoint).
+
+        The outermost one begins IMMEDIATE: it takes the write lock first, waiting up to
+        `BUSY_TIMEOUT` for another process (`streambed resync` writes a request while
+        `streambed run` holds the store). A deferred transaction that read before the other
+        process wrote could not take the lock afterwards: in WAL mode SQLite fails it at once
+        with "database is locked" instead of waiting."""
+        conn = self._db.conn
+        if conn.in_transaction:
+            with self._db.atomic():
+                yield self._db
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            if self._db.conn.in_transaction:  # an error may have ended it already
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def _create(self) -> None:
         self._db.execute(

@@ -194,3 +194,34 @@ def test_shared_between_threads(store: StateStore) -> None:
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_resync_requests_from_another_process_never_find_the_store_locked(
+    tmp_path: Path,
+) -> None:
+    """`streambed resync` writes a request from its own process while the running one takes
+    the queue (read, then delete). A transaction that read before the other process wrote
+    cannot take the write lock afterwards in WAL mode: SQLite fails it at once instead of
+    waiting. Write transactions take the lock first."""
+    path = tmp_path / "state.db"
+    running, cli = StateStore(path), StateStore(path)
+    requested = [("public", f"t{i}") for i in range(300)]
+    taken: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            while len(taken) < len(requested):
+                taken.extend(running.take_resync_requests())
+        except BaseException as e:
+            errors.append(e)
+
+    taker = threading.Thread(target=take)
+    taker.start()
+    for schema, name in requested:
+        cli.request_resync(schema, name)
+    taker.join(60)
+    assert not errors, errors
+    assert sorted(taken) == sorted(requested)
+    running.close()
+    cli.close()
