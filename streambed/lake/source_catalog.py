@@ -104,7 +104,10 @@ class PostgresCatalog:
                     f"SELECT (attmissingval::text::{type_name}[])[1] FROM pg_attribute "
                     f"WHERE attrelid = {int(relation_id)} AND attnum = {int(attnum)}"
                 )
-            else:
+                # Postgres records no NULL fast default: NULL here means a table rewrite
+                # committed between the two lookups and forgot it (below).
+                has_missing = missing is not None
+            if name not in missing_known and not has_missing:
                 # A later table rewrite in the source (ALTER COLUMN TYPE, VACUUM FULL)
                 # materialises the fast default into the rows and forgets it; a constant
                 # column default is then the best account of what old rows hold.
