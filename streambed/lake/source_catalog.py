@@ -93,38 +93,38 @@ class PostgresCatalog:
         for attnum, name, has_missing, type_name, identity, generated in rows:
             missing: str | None = None
             unknown: str | None = None
-            if name in missing_known:
-                pass
-            elif has_missing:
-                # attmissingval is a one-element array of the column's type: take the
-                # element's own text form.
-                # Read in text format: the type's output function, what pgoutput sends
-                # (bool::text would give 'true', the output function 't').
-                missing = self._text(
-                    f"SELECT (attmissingval::text::{type_name}[])[1] FROM pg_attribute "
-                    f"WHERE attrelid = {int(relation_id)} AND attnum = {int(attnum)}"
-                )
-                # Postgres records no NULL fast default: NULL here means a table rewrite
-                # committed between the two lookups and forgot it (below).
-                has_missing = missing is not None
-            if name not in missing_known and not has_missing:
-                # A later table rewrite in the source (ALTER COLUMN TYPE, VACUUM FULL)
-                # materialises the fast default into the rows and forgets it; a constant
-                # column default is then the best account of what old rows hold.
-                default = self._text(
-                    "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
-                    f"WHERE adrelid = {int(relation_id)} AND adnum = {int(attnum)}"
-                )
-                if default is not None and _CONSTANT.match(default):
-                    missing = self._text(f"SELECT ({default})::{type_name}")
+            if name not in missing_known:
+                if has_missing:
+                    # attmissingval is a one-element array of the column's type: take the
+                    # element's own text form.
+                    # Read in text format: the type's output function, what pgoutput sends
+                    # (bool::text would give 'true', the output function 't').
+                    missing = self._text(
+                        f"SELECT (attmissingval::text::{type_name}[])[1] FROM pg_attribute "
+                        f"WHERE attrelid = {int(relation_id)} AND attnum = {int(attnum)}"
+                    )
+                    # Postgres records no NULL fast default: NULL here means a table
+                    # rewrite committed between the two lookups and forgot it (below).
                     has_missing = missing is not None
-                elif default is not None:
-                    # Not a constant: when the column was added, Postgres either recorded
-                    # the value once (a stable default like now(): has_missing, above) or,
-                    # for a volatile one, rewrote the table with a value per row.
-                    unknown = default
-                elif identity or generated:
-                    unknown = "GENERATED ALWAYS AS IDENTITY" if identity else "GENERATED"
+                if not has_missing:
+                    # A later table rewrite in the source (ALTER COLUMN TYPE, VACUUM FULL)
+                    # materialises the fast default into the rows and forgets it; a
+                    # constant column default is then the best account of what old rows
+                    # hold.
+                    default = self._text(
+                        "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                        f"WHERE adrelid = {int(relation_id)} AND adnum = {int(attnum)}"
+                    )
+                    if default is not None and _CONSTANT.match(default):
+                        missing = self._text(f"SELECT ({default})::{type_name}")
+                        has_missing = missing is not None
+                    elif default is not None:
+                        # Not a constant: when the column was added, Postgres either recorded
+                        # the value once (a stable default like now(): has_missing, above) or,
+                        # for a volatile one, rewrote the table with a value per row.
+                        unknown = default
+                    elif identity or generated:
+                        unknown = "GENERATED ALWAYS AS IDENTITY" if identity else "GENERATED"
             out[str(name)] = SourceColumn(
                 int(attnum), str(name), bool(has_missing), missing, unknown
             )
