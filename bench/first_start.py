@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.initial_load import _duckdb_extension
+from bench.initial_load import _duckdb_extension, pgbench_accounts
 from streambed.copy.client import find_psql
 from tests.fixtures.postgres import ThrowawayPostgres, free_port
 
@@ -129,17 +129,9 @@ def main() -> None:
     with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory(prefix="streambed-bench-") as tmp:
         url = pg.url()
         env = {**os.environ, "PGPASSWORD": pg.password}
-        subprocess.run(
-            [pgbench, "-i", "-q", "-s", str(args.scale), url],
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        rows = pgbench_accounts(pgbench, url, env, args.scale)
         with pg.connect() as conn:
-            conn.execute("VACUUM ANALYZE pgbench_accounts")
             conn.execute("CREATE PUBLICATION streambed FOR ALL TABLES")
-            rows = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()[0]  # type: ignore[index]
             conn.commit()
         scanner = Path(tmp) / "postgres_scanner.duckdb_extension"  # see initial_load.py
         if extension is not None:

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import psycopg
+
 from streambed.config import Settings
 from streambed.copy.catalog import table_info
 from streambed.copy.client import find_psql
@@ -89,6 +91,22 @@ def _duckdb_copy(scanner: Path, url: str, target: str) -> None:
         f"'{target}' (FORMAT parquet, COMPRESSION zstd)"
     )
     db.close()
+
+
+def pgbench_accounts(pgbench: str, url: str, env: dict[str, str], scale: int) -> int:
+    """(Re)create pgbench's tables at `scale`, vacuumed and analyzed: pgbench_accounts' rows."""
+    subprocess.run(
+        [pgbench, "-i", "-q", "-s", str(scale), url],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE pgbench_accounts")
+        row = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _copy(
@@ -150,16 +168,7 @@ def main() -> None:
             scanner.write_bytes(Path(extension).read_bytes())
         print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for scale in [int(s) for s in args.scales.split(",")]:
-            subprocess.run(
-                [pgbench, "-i", "-q", "-s", str(scale), url],
-                check=True,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            with pg.connect() as conn:
-                conn.execute("VACUUM ANALYZE pgbench_accounts")
-                rows = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()[0]  # type: ignore[index]
+            rows = pgbench_accounts(pgbench, url, env, scale)
             raws: list[float] = []
             ducks: list[float] = []
             ours: list[float] = []
