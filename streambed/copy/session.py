@@ -3,6 +3,12 @@
 pgoutput renders values with the walsender's settings (`SESSION_OPTIONS`: ISO dates, UTC,
 shortest exact floats, hex bytea) and UTF-8; the copy must render them the same way so that
 one conversion (`streambed.lake.convert`) serves both.
+
+A copy session also turns Postgres's JIT off (`COPY_OPTIONS`). A range of a large table is
+planned above `jit_above_cost`, and compiled expressions and tuple deforming made the
+backend's scan and binary COPY slower, not faster (pgbench_accounts, a 5M-row range: about
+10% more backend CPU with JIT, optimized or not; docs/benchmarks.md). The ranges DuckDB's
+own scanner reads are small enough to stay below the threshold.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from psycopg.conninfo import conninfo_to_dict
 from streambed.errors import Kind
 from streambed.replication.connection import SESSION_OPTIONS, source_error
 
+COPY_OPTIONS = f"{SESSION_OPTIONS} -c jit=off"
+"""The copy sessions' settings: the replication session's, and no JIT (the module's doc)."""
+
 
 def copy_params(url: str, application_name: str) -> dict[str, str]:
     """libpq keywords of `url` with the replication session's output settings, for the copy
     clients that take keywords (psql's service file, DuckDB's ATTACH)."""
     params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
-    params["options"] = f"{params.get('options', '')} {SESSION_OPTIONS}".strip()
+    params["options"] = f"{params.get('options', '')} {COPY_OPTIONS}".strip()
     params["client_encoding"] = "UTF8"
     params["application_name"] = application_name[:63]
     params.setdefault("connect_timeout", "10")
@@ -44,7 +53,7 @@ def copy_connect(url: str, application_name: str) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(
             url,
-            options=f"{given} {SESSION_OPTIONS}".strip(),
+            options=f"{given} {COPY_OPTIONS}".strip(),
             client_encoding="UTF8",
             application_name=application_name[:63],
             connect_timeout=10,
