@@ -324,7 +324,7 @@ class CopyManager:
         except StreambedError as e:
             self._finish_all(batch.names, e)
             return
-        expired: list[Name] = []
+        again: list[Name] = []
         try:
             infos: list[TableInfo] = []
             for schema, name in batch.names:
@@ -342,7 +342,7 @@ class CopyManager:
                     if not (anchor.conn.broken or anchor.conn.closed):
                         raise
                     # The anchor's connection broke: its snapshot is gone.
-                    self._expired((schema, name), _anchor_lost(f"{schema}.{name}", e), expired)
+                    self._copy_again((schema, name), _anchor_lost(f"{schema}.{name}", e), again)
             if reached("expire_copy_snapshot"):
                 log(logger, "failpoint expire_copy_snapshot: ending the copy's snapshot")
                 anchor.close()
@@ -350,11 +350,11 @@ class CopyManager:
             spark = self._spark() if any(info.blocks > 0 for info in infos) else None
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
                 for info in infos:
-                    pool.submit(self._copy_one, spark, info, anchor, expired)
+                    pool.submit(self._copy_one, spark, info, anchor, again)
         finally:
             anchor.close()
-        if expired:  # copied again under a new snapshot; their holds stay
-            self._queue.put(_Batch(tuple(expired), None))
+        if again:  # copied again under a new snapshot; their holds stay
+            self._queue.put(_Batch(tuple(again), None))
 
     def _terminate(self, anchor: SnapshotAnchor) -> None:
         """Failpoint `kill_start_snapshot`: the source ends the first start's snapshot
@@ -401,7 +401,7 @@ class CopyManager:
             self._outcomes.append(Outcome(name, error=error, gone=True))
 
     def _copy_one(
-        self, spark: Any, info: TableInfo, anchor: SnapshotAnchor, expired: list[Name]
+        self, spark: Any, info: TableInfo, anchor: SnapshotAnchor, again: list[Name]
     ) -> None:
         name = (info.schema, info.name)
         run_id = uuid.uuid4().hex[:12]
@@ -434,7 +434,7 @@ class CopyManager:
             discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
             self.progress.finish(info.qualified, None, failed=True)
             if isinstance(error, SnapshotExpired | CopyInterrupted):
-                self._expired(name, error, expired)
+                self._copy_again(name, error, again)
             else:
                 self._fail(name, error)
             return
@@ -455,7 +455,7 @@ class CopyManager:
         with self._lock:
             self._outcomes.append(Outcome(name, frontier=result.frontier))
 
-    def _expired(
+    def _copy_again(
         self, name: Name, error: SnapshotExpired | CopyInterrupted, retry: list[Name]
     ) -> None:
         """The copy's snapshot expired, or a task lost its connection: add `name` to `retry`
