@@ -47,4 +47,3 @@ def test_a_copy_reads_with_the_stream_settings_and_no_jit(pg_db: PgDatabase, rea
         anchor.close()
     values = [v.decode() if isinstance(v, bytes) else v for v in rows[0].values()]
     assert len(rows) == 1 and values == EXPECTED
-
