@@ -20,7 +20,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from streambed.errors import Kind
-from streambed.replication.connection import SESSION_OPTIONS, source_error
+from streambed.replication.connection import SESSION_OPTIONS, join_options, source_error
 
 COPY_OPTIONS = f"{SESSION_OPTIONS} -c jit=off"
 """The copy sessions' settings: the replication session's, and no JIT (the module's doc)."""
@@ -30,7 +30,7 @@ def copy_params(url: str, application_name: str) -> dict[str, str]:
     """libpq keywords of `url` with the replication session's output settings, for the copy
     clients that take keywords (psql's service file, DuckDB's ATTACH)."""
     params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
-    params["options"] = f"{params.get('options', '')} {COPY_OPTIONS}".strip()
+    params["options"] = join_options(params.get("options", ""), COPY_OPTIONS)
     params["client_encoding"] = "UTF8"
     params["application_name"] = application_name[:63]
     params.setdefault("connect_timeout", "10")
@@ -53,7 +53,7 @@ def copy_connect(url: str, application_name: str) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(
             url,
-            options=f"{given} {COPY_OPTIONS}".strip(),
+            options=join_options(given, COPY_OPTIONS),
             client_encoding="UTF8",
             application_name=application_name[:63],
             connect_timeout=10,

@@ -193,7 +193,8 @@ SESSION_OPTIONS = (
 )
 
 
-def _join_options(user_options: str, ours: str) -> str:
+def join_options(user_options: str, ours: str) -> str:
+    """A connection's `options`: the user's, then ours (a later `-c` wins)."""
     return f"{user_options} {ours}".strip()
 
 
@@ -220,7 +221,7 @@ class ReplicationConnection:
                 replication="database",
                 application_name="streambed",
                 client_encoding="UTF8",
-                options=_join_options(_params(url).get("options", ""), SESSION_OPTIONS),
+                options=join_options(_params(url).get("options", ""), SESSION_OPTIONS),
             )
         except psycopg.ProgrammingError as e:
             raise SourceError(
