@@ -45,5 +45,6 @@ def test_a_copy_reads_with_the_stream_settings_and_no_jit(pg_db: PgDatabase, rea
         rows = [row for batch in batches for row in batch.to_pylist()]
     finally:
         anchor.close()
+    assert len(rows) == 1
     values = [v.decode() if isinstance(v, bytes) else v for v in rows[0].values()]
-    assert len(rows) == 1 and values == EXPECTED
+    assert values == EXPECTED
