@@ -46,7 +46,7 @@ def _merger(settings: Settings) -> Callable[[], Any]:
         from streambed.merge.pyarrow_source import fs_options
         from streambed.merge.spark_session import get_spark
 
-        return SparkMerger(get_spark(settings.spark_master), fs_options(settings))
+        return SparkMerger(get_spark(settings), fs_options(settings))
 
     return make
 
@@ -93,7 +93,7 @@ def _copier(settings: Settings, state: StateStore, sink: IcebergSink, pipeline: 
         state,
         sink,
         sink.catalog,
-        lambda: get_spark(settings.spark_master),
+        lambda: get_spark(settings),
         fs_options(settings),
         base_types=sink.source.base_types if sink.source is not None else None,
         on_commit=on_commit,

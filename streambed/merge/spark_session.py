@@ -3,6 +3,8 @@
 Starting Spark costs 5-11 s; later merges reuse the session (0.3 s). The master comes from
 the argument, else `STREAMBED_SPARK_MASTER`, else `local[*]`. `sc://` masters use Spark
 Connect (the server ships in the pyspark wheel); `spark://` and `local[...]` use classic Spark.
+Started from `Settings` with a local master, the JVM uses (or records the classes for) the
+data directory's class archive (`streambed.merge.class_archive`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streambed.config import Settings
+from streambed.merge.class_archive import ClassArchive
 from streambed.merge.spark_python import NAME as SPARK_PYTHON
 
 if TYPE_CHECKING:
@@ -53,6 +56,7 @@ _LOCAL_CONF = {
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _session_master: str | None = None
+_archive: ClassArchive | None = None
 
 
 def resolve_master(settings_or_master: Settings | str | None = None) -> str:
@@ -70,7 +74,7 @@ def get_spark(settings_or_master: Settings | str | None = None) -> SparkSession:
     A later call with a different master returns the running session (one per process) and
     logs that the requested master was not used; call `stop_spark()` first to switch.
     """
-    global _session, _session_master
+    global _session, _session_master, _archive
     master = resolve_master(settings_or_master)
     with _lock:
         if _session is not None:
@@ -82,19 +86,45 @@ def get_spark(settings_or_master: Settings | str | None = None) -> SparkSession:
                 )
             return _session
         _prepare_environment(master)
-        _session = _build(master)
+        archive = _class_archive(settings_or_master, master)
+        _session = _build(master, archive)
         _session_master = master
+        _archive = archive
         return _session
 
 
 def stop_spark() -> None:
-    """Stop the process's SparkSession, if one was started."""
-    global _session, _session_master
+    """Stop the process's SparkSession, if one was started; with a class archive that is
+    still to be made, start its builder."""
+    global _session, _session_master, _archive
     with _lock:
         if _session is not None:
+            jvm = _jvm_pid(_session)
             _session.stop()
+            if _archive is not None:
+                _archive.build_later(jvm)
             _session = None
             _session_master = None
+            _archive = None
+
+
+def _jvm_pid(session: SparkSession) -> int | None:
+    """The pid of the JVM pyspark started for a classic session (None for Spark Connect)."""
+    try:
+        return int(session.sparkContext._gateway.proc.pid)  # type: ignore[union-attr]
+    except Exception:  # a remote session, or a pyspark that keeps no proc
+        return None
+
+
+def _class_archive(settings_or_master: Settings | str | None, master: str) -> ClassArchive | None:
+    if not isinstance(settings_or_master, Settings) or not master.startswith("local"):
+        return None
+    if settings_or_master.spark_class_archive != "on":
+        return None
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).resolve().parent)
+    return ClassArchive.open(settings_or_master.data_dir / "spark", Path(home) / "jars")
 
 
 def _prepare_environment(master: str) -> None:
@@ -125,13 +155,33 @@ def worker_python(master: str) -> str:
     return sys.executable
 
 
-def _build(master: str) -> SparkSession:
+def _build(master: str, archive: ClassArchive | None = None) -> SparkSession:
+    java_options = _CONF["spark.driver.extraJavaOptions"]
+    if archive is None:
+        return _start(master, java_options)
+    try:
+        return _start(master, f"{java_options} {archive.java_options()}")
+    except Exception as error:
+        if not archive.in_use:
+            raise
+        reason = " ".join(str(error).split())
+        log.warning(
+            "spark did not start with its class archive; deleting it and starting without "
+            "it (remove %s to let streambed build another): %s",
+            archive.failed,
+            reason,
+        )
+        archive.discard(f"the JVM did not start with the archive: {reason}")
+        return _start(master, java_options)
+
+
+def _start(master: str, java_options: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     log.info("starting spark master=%s", master)
     builder = SparkSession.builder.appName("streambed")
     builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
-    conf = dict(_CONF)
+    conf = {**_CONF, "spark.driver.extraJavaOptions": java_options}
     if master.startswith("local"):
         conf.update(_LOCAL_CONF)
     for key, value in conf.items():
