@@ -1,6 +1,7 @@
 """First start: how long a new `streambed run` takes to copy a table, beside a cold DuckDB.
 
     .venv/bin/python bench/first_start.py [--scale 10] [--repeat 2] [--tree DIR]
+                                          [--class-archive]
 
 A throwaway Postgres 15 gets `pgbench -i -s <scale>` (10 → 1M accounts) and a publication
 of all tables. Each round starts `streambed run` as a user would, in a new process with a
@@ -13,6 +14,11 @@ of worker) from /proc.
 The reference is what a user would otherwise run once: a new Python process that loads
 DuckDB 1.5.5's postgres extension and writes the same table to one Parquet file.
 
+Rounds run without Spark's class archive (`STREAMBED_SPARK_CLASS_ARCHIVE=off`: a first start
+has none). `--class-archive` first lets one start build the archive (and waits for its
+builder), then runs each round twice, without and with that archive placed in the new data
+directory, as a later start of the same installation would have it.
+
 `--tree` runs the streambed of another checkout (e.g. a worktree of an older commit) with
 this script, to compare two versions on the same machine. Nothing is written outside a
 temporary directory.
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -66,15 +73,23 @@ def daemon_cpu() -> list[float]:
     return found
 
 
-def first_start(tree: Path, url: str, env: dict[str, str]) -> dict[str, float]:
-    """One `streambed run` on a new data directory: seconds from the start to each event."""
-    with tempfile.TemporaryDirectory(prefix="streambed-bench-") as data:
+def first_start(
+    tree: Path, url: str, env: dict[str, str], archive: Path | None = None, keep: Path | None = None
+) -> dict[str, float]:
+    """One `streambed run` on a new data directory: seconds from the start to each event.
+    `archive`: a directory holding a built class archive to start with; `keep`: the data
+    directory to use and keep (its class archive is recorded and built)."""
+    with tempfile.TemporaryDirectory(prefix="streambed-bench-") as temporary:
+        data = keep or Path(temporary)
+        if archive is not None:
+            shutil.copytree(archive, data / "spark")
         run_env = {
             **env,
             "STREAMBED_SOURCE_URL": url,
-            "STREAMBED_DATA_DIR": data,
+            "STREAMBED_DATA_DIR": str(data),
             "STREAMBED_SPARK_MASTER": "local[2]",
             "STREAMBED_QUERY_LISTEN": f"127.0.0.1:{free_port()}",
+            "STREAMBED_SPARK_CLASS_ARCHIVE": "on" if archive or keep else "off",
             "PYTHONPATH": str(tree),
         }
         started = time.monotonic()
@@ -91,6 +106,8 @@ def first_start(tree: Path, url: str, env: dict[str, str]) -> dict[str, float]:
             assert process.stdout is not None
             for line in process.stdout:
                 now = time.monotonic() - started
+                if "starts from its class archive" in line:
+                    seen["archive"] = 1
                 if "starting spark" in line:
                     seen.setdefault("spark", now)
                 elif f"table={TABLE} " in line and "copy started" in line:
@@ -116,11 +133,41 @@ def first_start(tree: Path, url: str, env: dict[str, str]) -> dict[str, float]:
         return seen
 
 
+def build_archive(tree: Path, url: str, env: dict[str, str], data: Path) -> Path:
+    """Let one start record its classes and build the archive; the directory holding it."""
+    first_start(tree, url, env, keep=data)
+    spark = data / "spark"
+    started = time.monotonic()
+    while not list(spark.glob("spark-*.json")):
+        if list(spark.glob("spark-*.failed")) or time.monotonic() - started > 1800:
+            raise SystemExit(f"no class archive was built: {(spark / 'build.log').read_text()}")
+        time.sleep(1)
+    while list(spark.glob("spark-*.lock")):
+        time.sleep(0.2)
+    built = data / "archive"
+    built.mkdir()
+    for path in spark.glob("spark-*.[jJ]s*"):  # the .jsa and its .json manifest
+        shutil.copy2(path, built / path.name)
+    print(f"class archive built in {time.monotonic() - started:.0f} s after the stop")
+    return built
+
+
+def _line(seen: dict[str, float], duck: float | None) -> str:
+    return (
+        f"spark starts at {seen['spark']:.1f} s, copy starts at "
+        f"{seen['copy started']:.1f} s, committed at {seen['copied']:.1f} s; "
+        f"{seen['daemons']:.0f} Python worker daemons used {seen['daemon cpu']:.2f} "
+        f"CPU s; stop took {seen['stop']:.1f} s"
+        + (f"; cold DuckDB {duck:.1f} s" if duck is not None else "")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--class-archive", action="store_true")
     args = parser.parse_args()
     psql = find_psql()
     assert psql is not None, "psql is needed for pgbench"
@@ -137,9 +184,14 @@ def main() -> None:
         if extension is not None:
             scanner.write_bytes(Path(extension).read_bytes())
         print(f"{rows:,} rows; streambed from {args.tree}; load {os.getloadavg()[0]:.2f}")
+        archive = (
+            build_archive(args.tree, url, env, Path(tmp) / "kept") if args.class_archive else None
+        )
         ours: list[float] = []
+        archived: list[float] = []
         ducks: list[float] = []
         for _ in range(args.repeat):
+            duck = None
             if extension is not None:
                 started = time.monotonic()
                 subprocess.run(
@@ -147,20 +199,26 @@ def main() -> None:
                     check=True,
                     env=env,
                 )
-                ducks.append(time.monotonic() - started)
+                duck = time.monotonic() - started
+                ducks.append(duck)
             seen = first_start(args.tree, url, env)
             ours.append(seen["copied"])
-            print(
-                f"  round: spark starts at {seen['spark']:.1f} s, copy starts at "
-                f"{seen['copy started']:.1f} s, committed at {seen['copied']:.1f} s; "
-                f"{seen['daemons']:.0f} Python worker daemons used {seen['daemon cpu']:.2f} "
-                f"CPU s; stop took {seen['stop']:.1f} s"
-                + (f"; cold DuckDB {ducks[-1]:.1f} s" if ducks else ""),
-                flush=True,
-            )
+            print(f"  round: {_line(seen, duck)}", flush=True)
+            if archive is not None:
+                seen = first_start(args.tree, url, env, archive=archive)
+                if not seen.get("archive"):
+                    raise SystemExit("streambed did not start Spark from the class archive")
+                archived.append(seen["copied"])
+                print(f"  with the class archive: {_line(seen, None)}", flush=True)
         print(
             f"{TABLE} copied by a first start in {min(ours):.1f} s best, "
             f"{statistics.median(ours):.1f} s median"
+            + (
+                f"; with the class archive {min(archived):.1f} s best, "
+                f"{statistics.median(archived):.1f} s median"
+                if archived
+                else ""
+            )
             + (f"; a cold DuckDB process copies it in {min(ducks):.1f} s" if ducks else "")
         )
 

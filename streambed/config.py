@@ -147,8 +147,8 @@ class Settings:
         "STREAMBED_SPARK_CLASS_ARCHIVE",
         "on or off. on: a local Spark's JVM starts from a class-data-sharing archive of the "
         "classes an earlier run loaded (data_dir/spark; about 200 MB, built once in the "
-        "background at low priority after the first clean stop, and again after a Java or "
-        "Spark upgrade); Spark then starts several seconds sooner. Linux only.",
+        "background at the lowest priority two minutes into the first run, and again after a "
+        "Java or Spark upgrade); Spark then starts several seconds sooner. Linux only.",
         "on",
     )
     heartbeat_interval: float = _setting(

@@ -9,11 +9,12 @@ data directory builds its own, in `data_dir/spark`, without the user doing anyth
 1. A start without a usable archive records the classes its JVM loads
    (`-XX:DumpLoadedClassList`; the JVM writes the list line by line) to
    `spark-<key>.classlist.<pid>`.
-2. At a clean stop (`stop_spark`) the list's complete lines are kept as
-   `spark-<key>.classlist`, and a detached builder (this module run as a program, at the
-   lowest CPU priority, one at a time) runs `java -Xshare:dump` with the running JVM's own
-   classpath into a temporary file. Only when java exits 0 is the file synced, its
-   manifest (key and size) written, and the file renamed into place.
+2. `BUILD_AFTER` seconds into the run (the first copy and merges have loaded their
+   classes by then), or at a clean stop (`stop_spark`) if that comes first, the list's
+   complete lines are kept as `spark-<key>.classlist`, and a detached builder (this module
+   run as a program, at the lowest CPU priority, one at a time) runs `java -Xshare:dump`
+   with the running JVM's own classpath into a temporary file. Only when java exits 0 is
+   the file synced, its manifest (key and size) written, and the file renamed into place.
 3. A later start whose archive and manifest agree passes `-XX:SharedArchiveFile` with
    `-Xshare:auto`: a JVM that finds the archive unusable (another classpath, another JVM
    build) runs without it. A JVM that does not start at all with it (a damaged archive
@@ -41,7 +42,8 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 """Bumped when what goes into an archive changes, so older archives are rebuilt."""
 DUMP_TIMEOUT = 3600.0
+BUILD_AFTER = 120.0
+"""Seconds after Spark's start that a run builds its archive. While streambed runs, not at
+its exit: in a container, a process left behind when streambed exits ends with it."""
 _UNSAFE = re.compile(r"[\s\"'\\]")
 """Characters Spark's splitting of `extraJavaOptions` would mangle in a path."""
 
@@ -114,6 +119,7 @@ class ClassArchive:
     key: str
     in_use: bool = False
     recording: Path | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def open(cls, directory: Path, jars: Path) -> ClassArchive | None:
@@ -189,9 +195,10 @@ class ClassArchive:
         self.in_use = False
 
     def build_later(self, jvm_pid: int | None) -> subprocess.Popen[bytes] | None:
-        """At a clean stop: keep the class list this run recorded and start the builder
-        (detached, so it outlives this process). None when there is nothing to build."""
-        recording, self.recording = self.recording, None
+        """Keep the class list this run has recorded so far and start the builder (detached:
+        it may outlive this process). Once per start; None when there is nothing to build."""
+        with self._lock:
+            recording, self.recording = self.recording, None
         if recording is None or jvm_pid is None:
             return None
         command = jvm_command(jvm_pid)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streambed.config import Settings
-from streambed.merge.class_archive import ClassArchive
+from streambed.merge.class_archive import BUILD_AFTER, ClassArchive
 from streambed.merge.spark_python import NAME as SPARK_PYTHON
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ _lock = threading.Lock()
 _session: SparkSession | None = None
 _session_master: str | None = None
 _archive: ClassArchive | None = None
+_archive_timer: threading.Timer | None = None
 
 
 def resolve_master(settings_or_master: Settings | str | None = None) -> str:
@@ -74,7 +75,7 @@ def get_spark(settings_or_master: Settings | str | None = None) -> SparkSession:
     A later call with a different master returns the running session (one per process) and
     logs that the requested master was not used; call `stop_spark()` first to switch.
     """
-    global _session, _session_master, _archive
+    global _session, _session_master, _archive, _archive_timer
     master = resolve_master(settings_or_master)
     with _lock:
         if _session is not None:
@@ -90,14 +91,22 @@ def get_spark(settings_or_master: Settings | str | None = None) -> SparkSession:
         _session = _build(master, archive)
         _session_master = master
         _archive = archive
+        if archive is not None and archive.recording is not None:
+            jvm = _jvm_pid(_session)
+            _archive_timer = threading.Timer(BUILD_AFTER, archive.build_later, (jvm,))
+            _archive_timer.daemon = True
+            _archive_timer.start()
         return _session
 
 
 def stop_spark() -> None:
-    """Stop the process's SparkSession, if one was started; with a class archive that is
-    still to be made, start its builder."""
-    global _session, _session_master, _archive
+    """Stop the process's SparkSession, if one was started; with a class archive whose
+    builder has not started yet, start it."""
+    global _session, _session_master, _archive, _archive_timer
     with _lock:
+        if _archive_timer is not None:
+            _archive_timer.cancel()
+            _archive_timer = None
         if _session is not None:
             jvm = _jvm_pid(_session)
             _session.stop()

@@ -1,6 +1,6 @@
 """A local Spark started from its class archive, for real: the first start records the
-classes, its clean stop builds the archive with the real `java -Xshare:dump`, the next JVM
-maps it, and a damaged archive does not stop Spark from starting.
+classes and, while it runs, starts the builder (the real `java -Xshare:dump`), the next JVM
+maps the archive, and a damaged archive does not stop Spark from starting.
 
 Each start is a new Python process (pyspark starts one JVM per process), run the way
 `streambed run` starts and stops Spark: `get_spark(settings)`, then `stop_spark()`."""
@@ -18,15 +18,21 @@ from pathlib import Path
 from streambed.merge.class_archive import ClassArchive
 
 START = """
-import json, sys
+import json, sys, time
 from pathlib import Path
 from streambed.config import Settings
 from streambed.merge import spark_session
 
 settings = Settings(source_url="postgresql://unused", data_dir=Path(sys.argv[1]),
                     spark_master="local[1]", spark_class_archive="on")
+spark_session.BUILD_AFTER = 3.0  # the builder starts while Spark runs, as in a long run
 spark = spark_session.get_spark(settings)
 total = spark.range(1000).selectExpr("sum(id) AS s").collect()[0]["s"]
+if sys.argv[2:] == ["first"]:
+    deadline = time.monotonic() + 60
+    while not list((settings.data_dir / "spark").glob("spark-*.lock")):
+        assert time.monotonic() < deadline, "no builder started"
+        time.sleep(0.1)
 pid = spark_session._jvm_pid(spark)
 maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
 mapped = sorted({line.split()[-1] for line in maps if line.endswith(".jsa")})
@@ -37,11 +43,11 @@ print("RESULT " + json.dumps({"sum": total, "mapped": mapped}))
 BUILD_TIMEOUT = 900.0
 
 
-def _start(data_dir: Path, cwd: Path) -> tuple[dict[str, object], str]:
+def _start(data_dir: Path, cwd: Path, *args: str) -> tuple[dict[str, object], str]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     env.pop("STREAMBED_SPARK_CLASS_ARCHIVE", None)
     done = subprocess.run(
-        [sys.executable, "-c", START, str(data_dir)],
+        [sys.executable, "-c", START, str(data_dir), *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -74,7 +80,7 @@ def test_spark_starts_from_the_archive_its_first_run_built(tmp_path: Path) -> No
     cwd.mkdir()
     archive: ClassArchive | None = None
     try:
-        first, _ = _start(data_dir, cwd)
+        first, _ = _start(data_dir, cwd, "first")
         assert first["sum"] == 499500
         assert first["mapped"] == []
         archive = _archive(data_dir)
