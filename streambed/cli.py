@@ -71,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"streambed: {e}\n")
         return exit_code(e)
     setup(settings.log_level, settings.log_format)
+    if args.command == "run":
+        from streambed.prestart import prestart
+
+        prestart(settings)  # a start that copies: Spark's JVM starts while the rest loads
     import streambed.app as app  # heavy imports (pyiceberg, Spark) only after config is valid
 
     try:

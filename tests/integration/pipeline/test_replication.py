@@ -95,6 +95,10 @@ def test_a_stopped_pipeline_resumes_where_it_left_off(local_deployment: Deployme
     execute(d.url, "INSERT INTO ints SELECT g, 'x', g, now() FROM generate_series(1, 1000) g")
     wait_lake_equals_source(d.settings, d.url, ["public.ints"], d.proc)
     assert d.proc.stop() == 0
+    first = d.proc.logs()
+    # A first start copies, so Spark starts before the slot is even created (streambed.prestart).
+    assert first.count("starting spark") == 1
+    assert first.index("starting spark") < first.index("created replication slot")
     # Changes while streambed is down are waiting in the slot.
     execute(
         d.url,
@@ -104,6 +108,9 @@ def test_a_stopped_pipeline_resumes_where_it_left_off(local_deployment: Deployme
     )
     d.proc.start()
     wait_lake_equals_source(d.settings, d.url, ["public.ints", "public.pairs"], d.proc)
+    # Every table is ready: Spark starts when a merge needs it, after streaming has begun.
+    second = d.proc.logs()[len(first) :]
+    assert second.index("replication started") < second.index("starting spark")
 
 
 def test_postgres_restart_during_streaming_is_survived(
