@@ -23,8 +23,10 @@ data directory builds its own, in `data_dir/spark`, without the user doing anyth
 The key names the Java runtime (its libjvm) and Spark's jars (names, sizes, times): an
 upgrade of either starts over with a new key, and files of other keys are deleted. A build
 that fails leaves `spark-<key>.failed` (java's output is in `build.log`) and is not tried
-again until that file is removed. Crash logs of the JVM (`hs_err_pid*.log`) go to the same
-directory instead of the working directory.
+again until that file is removed; a java ended by a signal (the kernel's OOM killer picks
+the builder first) is tried again by a later run. A build needs about 1 GB of memory and
+does not start with less than `BUILD_MEMORY` free. Crash logs of the JVM
+(`hs_err_pid*.log`) go to the same directory instead of the working directory.
 
 Written by hand: neither pyspark nor Java 17 manages such an archive (Java 19's
 `-XX:+AutoCreateSharedArchive` would, but it writes at JVM exit, and a process killed then
@@ -52,6 +54,9 @@ FORMAT = 1
 """Bumped when what goes into an archive changes, so older archives are rebuilt."""
 DUMP_TIMEOUT = 3600.0
 BUILD_AFTER = 120.0
+BUILD_MEMORY = 1536 * 1024 * 1024
+"""Memory a build needs free: `java -Xshare:dump` of Spark's classes peaks at about 1 GB
+(its class data, not its heap: -Xmx does not lower it)."""
 """Seconds after Spark's start that a run builds its archive. While streambed runs, not at
 its exit: in a container, a process left behind when streambed exits ends with it."""
 _UNSAFE = re.compile(r"[\s\"'\\]")
@@ -99,6 +104,22 @@ def jvm_command(pid: int) -> tuple[str, str] | None:
     except OSError:
         return None
     return command_classpath([a.decode() for a in raw.split(b"\0") if a])
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for a new process: the kernel's MemAvailable, or less under a
+    cgroup (v2) limit. None when neither can be read."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            found.append(int(limit) - used)
+    return min(found) if found else None
 
 
 def alive(pid: int) -> bool:
@@ -209,6 +230,15 @@ class ClassArchive:
         recording.unlink(missing_ok=True)
         if command is None or not lines or self.builder() is not None:
             return None
+        free = available_memory()
+        if free is not None and free < BUILD_MEMORY:
+            log.info(
+                "spark's class archive is not built this time: %d MB of memory is free, a "
+                "build needs about %d MB; a later run tries again",
+                free >> 20,
+                BUILD_MEMORY >> 20,
+            )
+            return None
         _write_atomic(self.class_list, lines)
         java, classpath = command
         with (self.directory / "build.log").open("ab") as out:
@@ -286,6 +316,9 @@ class ClassArchive:
             except subprocess.TimeoutExpired:
                 self.failed.write_text(f"java -Xshare:dump ran over {DUMP_TIMEOUT:.0f} s\n")
                 return False
+            if code.returncode < 0:  # killed (out of memory, a stop): not the archive's fault
+                print(f"java was ended by signal {-code.returncode}; a later run tries again")
+                return False
             if code.returncode != 0 or not temporary.is_file() or not temporary.stat().st_size:
                 self.failed.write_text(
                     f"java -Xshare:dump exited {code.returncode}; its output is in build.log\n"
@@ -327,6 +360,8 @@ def main(argv: list[str]) -> int:
     directory, key, java, classpath = argv
     with contextlib.suppress(OSError):
         os.nice(19)  # the lowest CPU priority: it uses what a running streambed leaves idle
+    with contextlib.suppress(OSError):  # the first the kernel ends when memory runs out
+        Path("/proc/self/oom_score_adj").write_text("1000")
     return 0 if ClassArchive(Path(directory), key).build(java, classpath) else 1
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from streambed.config import Settings
 from streambed.errors import ConfigError
+from streambed.merge import class_archive
 from streambed.merge.class_archive import (
     ClassArchive,
     archive_key,
@@ -215,3 +216,36 @@ def test_the_setting_is_on_or_off() -> None:
     assert Settings.from_env({**env, "STREAMBED_SPARK_CLASS_ARCHIVE": "off"}).spark_class_archive
     with pytest.raises(ConfigError, match="STREAMBED_SPARK_CLASS_ARCHIVE='yes' must be on or off"):
         Settings.from_env({**env, "STREAMBED_SPARK_CLASS_ARCHIVE": "yes"})
+
+
+def test_a_build_ended_by_a_signal_is_tried_again_later(tmp_path: Path) -> None:
+    archive = ClassArchive(tmp_path, KEY)
+    archive.class_list.write_text("java/lang/Object id: 0\n")
+    java = _fake_java(tmp_path, f'{_archive_arg()}\nprintf half > "$f"; kill -9 $$')
+    assert not archive.build(java, "/jars/*")
+    assert not archive.archive.exists() and not archive.failed.exists()
+    assert archive.class_list.exists() and not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_no_build_starts_without_the_memory_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jvm = subprocess.Popen(  # a process whose command line names a classpath, as a JVM's
+        [sys.executable, "-c", "import time; time.sleep(60)", "-cp", "/jars/*", "Main"]
+    )
+    try:
+        archive = ClassArchive(tmp_path, KEY)
+        archive.java_options()
+        assert archive.recording is not None
+        archive.recording.write_text("java/lang/Object id: 0\n")
+        monkeypatch.setattr(class_archive, "available_memory", lambda: 512 * 1024 * 1024)
+        assert archive.build_later(jvm.pid) is None
+        assert not archive.class_list.exists() and archive.builder() is None
+    finally:
+        jvm.kill()
+        jvm.wait()
+
+
+def test_available_memory_is_read_from_the_kernel() -> None:
+    free = class_archive.available_memory()
+    assert free is not None and 0 < free < 1 << 50
