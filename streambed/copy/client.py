@@ -22,7 +22,6 @@ import glob
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,7 +30,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 from psycopg import sql
 
-from streambed.copy.session import copy_connect, copy_params, private_file
+from streambed.copy.session import copy_connect, copy_params, secret_file
 
 PSQL_ENV = "STREAMBED_PSQL"
 
@@ -129,11 +128,11 @@ def _via_psql(
     psql: str,
 ) -> Iterator[pa.RecordBatch]:
     params = copy_params(url, application_name)
-    with tempfile.TemporaryDirectory(prefix="streambed-copy-") as tmp:
-        service_file = os.path.join(tmp, "service.conf")
-        private_file(service_file, "[copy]\n" + "".join(f"{k}={v}\n" for k, v in params.items()))
+    service = "[copy]\n" + "".join(f"{k}={v}\n" for k, v in params.items())
+    with secret_file(service) as (fd, service_file):
+        # libpq finds the service in PGSERVICEFILE and reads no other service file.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env.update(PGSERVICEFILE=service_file, PGSERVICE="copy", PGSYSCONFDIR=tmp)
+        env.update(PGSERVICEFILE=service_file, PGSERVICE="copy")
         script = (
             "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
             f"SET TRANSACTION SNAPSHOT '{snapshot.replace(chr(39), '')}'",
@@ -143,7 +142,12 @@ def _via_psql(
         for command in script:
             argv += ["-c", command]
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            pass_fds=() if fd is None else (fd,),  # the service file, read at connect
         )
         assert proc.stdout is not None and proc.stderr is not None
         with contextlib.suppress(OSError):  # fewer, larger reads; Linux only, else as is

@@ -46,7 +46,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from streambed.copy.client import CopyClientError
-from streambed.copy.session import copy_params, private_file
+from streambed.copy.session import copy_params, secret_file
 from streambed.lake.types import (
     BOOL,
     BPCHAR,
@@ -254,10 +254,10 @@ def conninfo(url: str, application_name: str, passfile: str) -> tuple[str, str |
     return make_conninfo(**params), password
 
 
-def _write_passfile(path: str, password: str) -> None:
-    """A libpq password file (0600) whose one line matches any server, database and user."""
+def passfile_text(password: str) -> str:
+    """A libpq password file's one line, which matches any server, database and user."""
     escaped = password.replace("\\", "\\\\").replace(":", "\\:")
-    private_file(path, f"*:*:*:*:{escaped}\n")
+    return f"*:*:*:*:{escaped}\n"
 
 
 def _database() -> duckdb.DuckDBPyConnection:
@@ -301,13 +301,14 @@ def stream_range(
     alias = f"src_{uuid.uuid4().hex}"
     db = None
     attached = False
-    tmp = tempfile.TemporaryDirectory(prefix="streambed-copy-")
+    secrets = contextlib.ExitStack()
     try:
         try:
-            passfile = os.path.join(tmp.name, "pgpass")
-            keywords, password = conninfo(url, application_name, passfile)
+            password = copy_params(url, application_name).get("password")
+            passfile = ""
             if password is not None:
-                _write_passfile(passfile, password)
+                _, passfile = secrets.enter_context(secret_file(passfile_text(password)))
+            keywords, _ = conninfo(url, application_name, passfile)
             db = _database().cursor()
             db.execute(f"SET memory_limit = {_quote(memory_limit)}")  # one per process
             db.execute(f"ATTACH {_quote(keywords)} AS {alias} (TYPE postgres, READ_ONLY)")
@@ -341,7 +342,7 @@ def stream_range(
                     db.execute(f"DETACH {alias}")
             with contextlib.suppress(duckdb.Error):
                 db.close()
-        tmp.cleanup()
+        secrets.close()
 
 
 def _stream_error(error: BaseException) -> CopyClientError:

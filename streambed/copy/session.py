@@ -13,7 +13,10 @@ own scanner reads are small enough to stay below the threshold.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -42,6 +45,34 @@ def private_file(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
+
+
+@contextlib.contextmanager
+def secret_file(text: str) -> Iterator[tuple[int | None, str]]:
+    """A file holding `text` (a password, a service file) for libpq, as `(fd, path)`, while
+    the context is open.
+
+    On Linux it exists only in memory (`memfd_create`, mode 0600): `path` is
+    `/proc/self/fd/<fd>`, which libpq in this process opens, and so does a child process
+    given the descriptor (`pass_fds=(fd,)`). A copy task killed while it reads (streambed
+    stopped or killed mid-copy, Spark ending its workers) leaves no credentials on disk.
+    Elsewhere: a 0600 file in a private temporary directory, removed when the context
+    closes (fd None)."""
+    if not hasattr(os, "memfd_create"):
+        with tempfile.TemporaryDirectory(prefix="streambed-copy-") as tmp:
+            path = os.path.join(tmp, "secret")
+            private_file(path, text)
+            yield None, path
+        return
+    fd = os.memfd_create("streambed-secret", os.MFD_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o600)
+        data = memoryview(text.encode())
+        while data:
+            data = data[os.write(fd, data) :]
+        yield fd, f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
 
 
 def copy_connect(url: str, application_name: str) -> psycopg.Connection[Any]:

@@ -3,6 +3,9 @@ settings, and no JIT (`streambed.copy.session.COPY_OPTIONS`), whatever the URL a
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from psycopg import sql
@@ -48,3 +51,37 @@ def test_a_copy_reads_with_the_stream_settings_and_no_jit(pg_db: PgDatabase, rea
     assert len(rows) == 1
     values = [v.decode() if isinstance(v, bytes) else v for v in rows[0].values()]
     assert values == EXPECTED
+
+
+@pytest.mark.parametrize("reader", ["duckdb", "psql"])
+def test_a_reading_copy_keeps_the_password_off_disk(
+    pg_db: PgDatabase, reader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The password (DuckDB's password file, psql's service file) is in memory only: a copy
+    task killed while it reads leaves nothing behind (`session.secret_file`)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    query = "SELECT g FROM generate_series(1, 200000) g"
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        if reader == "duckdb":
+            batches = stream_range(
+                pg_db.url, anchor.snapshot_name, query, application_name="test", batch_rows=1000
+            )
+        else:
+            batches = stream_copy(
+                pg_db.url,
+                anchor.snapshot_name,
+                sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(sql.SQL(query)),
+                [pa.int64()],
+                application_name="test",
+                batch_bytes=64 * 1024,
+                psql=find_psql(),
+            )
+        first = next(batches)  # connected with the password and reading
+        assert list(scratch.iterdir()) == []
+        rest = sum(batch.num_rows for batch in batches)
+    finally:
+        anchor.close()
+    assert first.num_rows + rest == 200000

@@ -14,13 +14,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from streambed.copy.duck import (
     _message,
-    _write_passfile,
     batch_rows,
     conninfo,
     few_distinct,
     native,
     pad,
     pad_distinct,
+    passfile_text,
     restore,
     select_query,
 )
@@ -158,9 +158,7 @@ def test_the_password_goes_to_a_password_file_not_the_keywords(tmp_path: Path) -
     parsed = conninfo_to_dict(keywords)
     assert parsed["passfile"] == passfile and parsed["application_name"] == "app"
     assert str(parsed["options"]).startswith("-c work_mem=1MB -c DateStyle=ISO,MDY")
-    _write_passfile(passfile, password)
-    assert (tmp_path / "pgpass").read_text() == "*:*:*:*:p\\:w\\\\d\n"
-    assert (tmp_path / "pgpass").stat().st_mode & 0o777 == 0o600
+    assert passfile_text(password) == "*:*:*:*:p\\:w\\\\d\n"
     keywords, password = conninfo("host=h dbname=db", "app", passfile)
     assert password is None and "passfile" not in conninfo_to_dict(keywords)
 
