@@ -222,6 +222,13 @@ class ClassArchive:
             recording, self.recording = self.recording, None
         if recording is None or jvm_pid is None:
             return None
+        try:
+            return self._start_builder(recording, jvm_pid)
+        except OSError as error:  # an optimisation: never a reason to stop streambed
+            log.warning("spark's class archive is not built: %s", error)
+            return None
+
+    def _start_builder(self, recording: Path, jvm_pid: int) -> subprocess.Popen[bytes] | None:
         command = jvm_command(jvm_pid)
         try:
             lines = complete_lines(recording.read_bytes())

@@ -133,7 +133,11 @@ def _class_archive(settings_or_master: Settings | str | None, master: str) -> Cl
     import pyspark
 
     home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).resolve().parent)
-    return ClassArchive.open(settings_or_master.data_dir / "spark", Path(home) / "jars")
+    try:
+        return ClassArchive.open(settings_or_master.data_dir / "spark", Path(home) / "jars")
+    except OSError as error:
+        log.warning("spark starts without its class archive: %s", error)
+        return None
 
 
 def _prepare_environment(master: str) -> None:
@@ -169,7 +173,12 @@ def _build(master: str, archive: ClassArchive | None = None) -> SparkSession:
     if archive is None:
         return _start(master, java_options)
     try:
-        return _start(master, f"{java_options} {archive.java_options()}")
+        archive_options = archive.java_options()
+    except OSError as error:  # the archive is an optimisation: Spark starts without it
+        log.warning("spark starts without its class archive: %s", error)
+        return _start(master, java_options)
+    try:
+        return _start(master, f"{java_options} {archive_options}")
     except Exception as error:
         if not archive.in_use:
             raise

@@ -249,3 +249,39 @@ def test_no_build_starts_without_the_memory_it_needs(
 def test_available_memory_is_read_from_the_kernel() -> None:
     free = class_archive.available_memory()
     assert free is not None and 0 < free < 1 << 50
+
+
+def test_an_archive_that_cannot_be_prepared_does_not_stop_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streambed.merge import spark_session
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    archive = ClassArchive(blocker / "spark", KEY)  # its directory cannot be made
+    started: list[str] = []
+
+    def start(master: str, java_options: str) -> str:  # Spark's launch, recorded
+        started.append(java_options)
+        return "session"
+
+    monkeypatch.setattr(spark_session, "_start", start)
+    assert spark_session._build("local[1]", archive) == "session"  # type: ignore[comparison-overlap]
+    assert started == [spark_session._CONF["spark.driver.extraJavaOptions"]]
+
+
+def test_a_builder_that_cannot_be_prepared_is_skipped(tmp_path: Path) -> None:
+    jvm = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-cp", "/jars/*", "Main"]
+    )
+    try:
+        archive = ClassArchive(tmp_path, KEY)
+        archive.java_options()
+        assert archive.recording is not None
+        archive.recording.write_text("java/lang/Object id: 0\n")
+        archive.class_list.mkdir()  # the list cannot be written where it goes
+        assert archive.build_later(jvm.pid) is None
+        assert archive.builder() is None and archive.recording is None
+    finally:
+        jvm.kill()
+        jvm.wait()
