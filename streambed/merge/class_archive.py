@@ -54,11 +54,11 @@ FORMAT = 1
 """Bumped when what goes into an archive changes, so older archives are rebuilt."""
 DUMP_TIMEOUT = 3600.0
 BUILD_AFTER = 120.0
+"""Seconds after Spark's start that a run builds its archive. While streambed runs, not at
+its exit: in a container, a process left behind when streambed exits ends with it."""
 BUILD_MEMORY = 1536 * 1024 * 1024
 """Memory a build needs free: `java -Xshare:dump` of Spark's classes peaks at about 1 GB
 (its class data, not its heap: -Xmx does not lower it)."""
-"""Seconds after Spark's start that a run builds its archive. While streambed runs, not at
-its exit: in a container, a process left behind when streambed exits ends with it."""
 _UNSAFE = re.compile(r"[\s\"'\\]")
 """Characters Spark's splitting of `extraJavaOptions` would mangle in a path."""
 
