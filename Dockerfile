@@ -22,6 +22,8 @@ RUN useradd --create-home --uid 10001 streambed \
     && mkdir /data && chown streambed /data
 USER streambed
 WORKDIR /data
+# State, the embedded catalog and warehouse, and Spark's class archive (data_dir/spark,
+# built by the first run; docs/initial-copy.md) live on this volume and survive restarts.
 VOLUME /data
 
 ENV STREAMBED_DATA_DIR=/data \
