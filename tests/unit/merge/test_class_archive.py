@@ -3,11 +3,13 @@ protocol. The real JVM's side is in tests/integration/merge/test_class_archive.p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -227,23 +229,31 @@ def test_a_build_ended_by_a_signal_is_tried_again_later(tmp_path: Path) -> None:
     assert archive.class_list.exists() and not list(tmp_path.glob("*.tmp-*"))
 
 
-def test_no_build_starts_without_the_memory_it_needs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    jvm = subprocess.Popen(  # a process whose command line names a classpath, as a JVM's
+@contextlib.contextmanager
+def _recording(directory: Path) -> Iterator[tuple[ClassArchive, int]]:
+    """An archive whose start recorded a class, and the pid of a process whose command line
+    names a classpath, as a JVM's does."""
+    jvm = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", "-cp", "/jars/*", "Main"]
     )
     try:
-        archive = ClassArchive(tmp_path, KEY)
+        archive = ClassArchive(directory, KEY)
         archive.java_options()
         assert archive.recording is not None
         archive.recording.write_text("java/lang/Object id: 0\n")
-        monkeypatch.setattr(class_archive, "available_memory", lambda: 512 * 1024 * 1024)
-        assert archive.build_later(jvm.pid) is None
-        assert not archive.class_list.exists() and archive.builder() is None
+        yield archive, jvm.pid
     finally:
         jvm.kill()
         jvm.wait()
+
+
+def test_no_build_starts_without_the_memory_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _recording(tmp_path) as (archive, jvm):
+        monkeypatch.setattr(class_archive, "available_memory", lambda: 512 * 1024 * 1024)
+        assert archive.build_later(jvm) is None
+        assert not archive.class_list.exists() and archive.builder() is None
 
 
 def test_available_memory_is_read_from_the_kernel() -> None:
@@ -271,17 +281,7 @@ def test_an_archive_that_cannot_be_prepared_does_not_stop_spark(
 
 
 def test_a_builder_that_cannot_be_prepared_is_skipped(tmp_path: Path) -> None:
-    jvm = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "-cp", "/jars/*", "Main"]
-    )
-    try:
-        archive = ClassArchive(tmp_path, KEY)
-        archive.java_options()
-        assert archive.recording is not None
-        archive.recording.write_text("java/lang/Object id: 0\n")
+    with _recording(tmp_path) as (archive, jvm):
         archive.class_list.mkdir()  # the list cannot be written where it goes
-        assert archive.build_later(jvm.pid) is None
+        assert archive.build_later(jvm) is None
         assert archive.builder() is None and archive.recording is None
-    finally:
-        jvm.kill()
-        jvm.wait()
