@@ -146,8 +146,9 @@ def build_archive(tree: Path, url: str, env: dict[str, str], data: Path) -> Path
         time.sleep(0.2)
     built = data / "archive"
     built.mkdir()
-    for path in spark.glob("spark-*.[jJ]s*"):  # the .jsa and its .json manifest
-        shutil.copy2(path, built / path.name)
+    for suffix in (".jsa", ".json"):  # the archive and its manifest
+        for path in spark.glob(f"spark-*{suffix}"):
+            shutil.copy2(path, built / path.name)
     print(f"class archive built in {time.monotonic() - started:.0f} s after the stop")
     return built
 
