@@ -15,6 +15,11 @@ throwaway Postgres (`pgbench -i`), then times, on the same machine:
    `STREAMBED_COPY_READER=duckdb` or `csv`, and writing its Parquet with field ids; one
    Iceberg commit).
 
+Beside each rate it prints the CPU seconds each path used (median of the rounds): the
+copier's (psql; DuckDB's process; streambed's driver, JVM and Python workers) and the
+source's (the postmaster and its backends, from /proc). On one machine both share the
+cores, so a path's wall time is bounded below by the sum over both halves of the cores.
+
 Before each measured copy, Spark is warmed by copying a small table of at least as many
 ctid ranges as Spark has cores, so every Python worker has started (Spark stops workers
 idle for a minute); that copy's time is printed too (what a first copy pays). Each scale
@@ -35,6 +40,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
 
+from bench.cpu import postmaster_pid, tree_cpu
 from streambed.config import Settings
 from streambed.copy.catalog import table_info
 from streambed.copy.client import find_psql
@@ -56,10 +64,48 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _timed(fn: object) -> float:
+SETTLE = 0.3
+"""Seconds to wait after a copy before reading the source's CPU: the postmaster reaps the
+copy's backends (and adds their CPU to its own) only after they exit."""
+
+
+@dataclass
+class Run:
+    """One path's rounds: wall seconds, and CPU seconds of the copier and of the source."""
+
+    walls: list[float] = field(default_factory=list)
+    copier: list[float] = field(default_factory=list)
+    source: list[float] = field(default_factory=list)
+
+    def cpu(self) -> str:
+        return (
+            f"CPU s: copier {statistics.median(self.copier):.1f}, "
+            f"source {statistics.median(self.source):.1f}"
+        )
+
+
+def _measured(
+    run: Run, postmaster: int, copier: Callable[[], float], fn: Callable[[], float | None]
+) -> None:
+    """Run `fn`, adding to `run` its wall time (the seconds `fn` returns, if any: the part
+    it timed itself) and the CPU of `copier` and of the source."""
+    source, own = tree_cpu(postmaster), copier()
     started = time.monotonic()
-    fn()  # type: ignore[operator]
-    return time.monotonic() - started
+    seconds = fn()
+    run.walls.append(time.monotonic() - started if seconds is None else seconds)
+    time.sleep(SETTLE)
+    run.copier.append(copier() - own)
+    run.source.append(tree_cpu(postmaster) - source)
+
+
+def _children_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def _duckdb_extension() -> str | None:
@@ -112,7 +158,8 @@ def pgbench_accounts(pgbench: str, url: str, env: dict[str, str], scale: int) ->
 def _copy(
     spark: SparkSession, catalog: Catalog, url: str, table: str, reader: str = "duckdb"
 ) -> tuple[float, int]:
-    """streambed's copy of one table under a fresh snapshot: (seconds, rows)."""
+    """streambed's copy of one table under a fresh snapshot: (seconds, rows). The snapshot's
+    temporary slot is made and dropped outside the seconds, but inside a measured CPU."""
     anchor = SnapshotAnchor.from_temporary_slot(url)
     try:
         info = table_info(anchor.conn, "public", table)
@@ -167,37 +214,51 @@ def main() -> None:
             scanner = Path(tmp) / "postgres_scanner.duckdb_extension"
             scanner.write_bytes(Path(extension).read_bytes())
         print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        duck_target = f"{tmp}/duck.parquet"
+        counts: list[int] = []
+
+        def ours_copy() -> float:
+            seconds, count = _copy(spark, catalog, url, "pgbench_accounts", args.reader)
+            counts.append(count)
+            return seconds
+
         for scale in [int(s) for s in args.scales.split(",")]:
             rows = pgbench_accounts(pgbench, url, env, scale)
-            raws: list[float] = []
-            ducks: list[float] = []
-            ours: list[float] = []
+            raw, duck, ours = Run(), Run(), Run()
+            postmaster = postmaster_pid(pg.data_dir)
             for _ in range(args.repeat):  # interleaved: each round sees the same load
-                raws.append(_timed(lambda: _raw_copy(psql, url, env)))
+                _measured(raw, postmaster, _children_cpu, lambda: _raw_copy(psql, url, env))
                 if scanner is not None:
-                    ducks.append(_timed(lambda: _duckdb_copy(scanner, url, f"{tmp}/duck.parquet")))
+                    _measured(
+                        duck, postmaster, _own_cpu, lambda: _duckdb_copy(scanner, url, duck_target)
+                    )
                 # Warmed each round: Spark stops Python workers idle for a minute.
                 warm_seconds, _ = _copy(spark, catalog, url, "bench_warmup", args.reader)
-                seconds, copied = _copy(spark, catalog, url, "pgbench_accounts", args.reader)
-                assert copied == rows, (copied, rows)
-                ours.append(seconds)
+                _measured(ours, postmaster, lambda: tree_cpu(os.getpid()), ours_copy)
+                assert counts[-1] == rows, (counts[-1], rows)
                 print(
-                    f"  round: warm-up copy {warm_seconds:.1f} s, copy {seconds:.1f} s", flush=True
+                    f"  round: warm-up copy {warm_seconds:.1f} s, copy {ours.walls[-1]:.1f} s",
+                    flush=True,
                 )
-            raw, ours_best = min(raws), min(ours)
-            duck = min(ducks) if ducks else None
+            raw_best, ours_best = min(raw.walls), min(ours.walls)
+            duck_best = min(duck.walls) if duck.walls else None
             print(
-                f"{rows:>11,} rows  raw COPY {rows / raw:>11,.0f} rows/s  "
-                + (f"duckdb {rows / duck:>11,.0f} rows/s  " if duck else "duckdb n/a  ")
+                f"{rows:>11,} rows  raw COPY {rows / raw_best:>11,.0f} rows/s  "
+                + (f"duckdb {rows / duck_best:>11,.0f} rows/s  " if duck_best else "duckdb n/a  ")
                 + f"streambed {rows / ours_best:>11,.0f} rows/s ({ours_best:.1f} s, "
-                f"{ours_best / raw:.1f}x raw; median {rows / statistics.median(ours):,.0f} rows/s)",
+                f"{ours_best / raw_best:.1f}x raw; "
+                f"median {rows / statistics.median(ours.walls):,.0f} rows/s)",
                 flush=True,
             )
+            print(f"{'':>11}       raw: {raw.cpu()}", flush=True)
+            if duck.walls:
+                print(f"{'':>11}       duckdb: {duck.cpu()}", flush=True)
+            print(f"{'':>11}       streambed: {ours.cpu()}", flush=True)
             print(
                 f"{'':>11}       targets: >= 1/4 raw "
-                + ("met" if ours_best <= 4 * raw else "NOT met")
+                + ("met" if ours_best <= 4 * raw_best else "NOT met")
                 + ", faster than duckdb "
-                + ("n/a" if duck is None else "met" if ours_best < duck else "NOT met"),
+                + ("n/a" if duck_best is None else "met" if ours_best < duck_best else "NOT met"),
                 flush=True,
             )
         print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
