@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from streambed.config import Settings
 from streambed.lake.catalog import open_catalog
@@ -201,6 +201,32 @@ def resync(settings: Settings, table: str) -> str:
         f"resync of {schema}.{name} requested: a running `streambed run` copies it again "
         "within seconds (otherwise the next start does); `streambed status` shows its state\n"
     )
+
+
+def sweep(settings: Settings, older_than: float, *, dry_run: bool, out: TextIO) -> None:
+    """Delete (`dry_run`: list) each table's unreferenced data files older than
+    `older_than` seconds (`streambed.lake.sweep`); writes one line per table to `out`.
+    Raises `SweepRefused` after the report when a table could not be swept."""
+    from streambed.lake.sweep import SweepRefused
+    from streambed.lake.sweep import sweep as sweep_tables
+
+    results = sweep_tables(settings, older_than=older_than, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for r in results:
+        if r.refused is not None:
+            out.write(f"{r.table}: refused, nothing deleted: {r.refused}\n")
+        else:
+            out.write(
+                f"{r.table}: {verb} {len(r.removed)} files ({r.removed_bytes:,} bytes), "
+                f"kept {r.kept}\n"
+            )
+        if dry_run:
+            out.writelines(f"  {path}\n" for path in r.removed)
+    if not results:
+        out.write("no tables: nothing to sweep\n")
+    refused = [r.table for r in results if r.refused is not None]
+    if refused:
+        raise SweepRefused(f"sweep refused for {', '.join(refused)}: see the lines above")
 
 
 def status(settings: Settings) -> str:

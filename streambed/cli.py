@@ -55,12 +55,41 @@ def _parser() -> argparse.ArgumentParser:
         "made during the copy are applied once it commits.",
     )
     resync.add_argument("table", metavar="TABLE", help="schema-qualified name: public.orders")
+    sweep = commands.add_parser(
+        "sweep",
+        help="delete data files no snapshot references (left by crashes and retried tasks)",
+        description="Delete, in every table's data directory, the files that no Iceberg "
+        "snapshot references and that are older than --older-than hours: what a merge or a "
+        "copy leaves when its process dies before the commit, or a copy task Spark retried. "
+        "Safe while `streambed run` runs: younger files and running copies are kept.",
+    )
+    sweep.add_argument(
+        "--older-than",
+        metavar="HOURS",
+        type=_hours,
+        default=72.0,
+        help="only files modified at least this long ago (default 72; 0 only when no "
+        "`streambed run` writes to this lake)",
+    )
+    sweep.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
+    )
     commands.add_parser(
         "status",
         help="print each table's state and frontier, and the slot's lag",
         description="Print the state store's tables, frontiers and the last watermark.",
     )
     return parser
+
+
+def _hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not hours >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the age must be 0 hours or more")
+    return hours
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             app.serve(settings)
         elif args.command == "resync":
             sys.stdout.write(app.resync(settings, args.table))
+        elif args.command == "sweep":
+            app.sweep(settings, args.older_than * 3600, dry_run=args.dry_run, out=sys.stdout)
         else:
             sys.stdout.write(app.status(settings))
     except StreambedError as e:

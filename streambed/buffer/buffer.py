@@ -25,7 +25,7 @@ is a *removed key* of the later part and the lake side removes it from the files
 earlier parts wrote (a merge of those files). Limits: a part of keyed changes that
 touch earlier parts rewrites those files (Spark), so a transaction that updates the same
 rows over and over costs one merge per part; the files of parts stay on storage until
-commit (orphans if the process dies; maintenance removes them).
+commit (orphans if the process dies; `streambed sweep` removes them).
 """
 
 from __future__ import annotations

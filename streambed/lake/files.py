@@ -203,7 +203,7 @@ def _remove_quietly(paths: list[str], properties: dict[str, str]) -> None:
             fs, fs_path = resolve(path, properties)
             fs.delete_file(fs_path)
         except OSError:
-            pass  # an orphan; maintenance removes it
+            pass  # an orphan; `streambed sweep` removes it
 
 
 def _name(table: Table) -> str:

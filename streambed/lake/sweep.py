@@ -1,0 +1,254 @@
+"""`streambed sweep`: delete the data files of the lake that no snapshot references.
+
+Files that reach storage but never a commit: a merge or a copy whose process died before
+its commit, a copy task attempt that Spark retried or killed after the copy's own sweep
+(`streambed.copy.orphans`), the parts of a large transaction that was never committed.
+They cost storage, never correctness: no snapshot names them, so no reader sees them.
+
+For each table in the state store, the sweep lists `<table location>/data/` and deletes
+each file that is (1) referenced by no snapshot in the table's metadata (pyiceberg's
+`inspect.all_files`: the files of every snapshot, so older snapshots stay readable; a
+snapshot expired by another engine no longer protects its files), (2) older than
+`older_than` seconds by its modification time, and (3) not under the output directory of
+a copy in progress (the state store's `copies`: a long copy commits its files only at the
+end). The age is the guard for files a running `streambed run` has written and is about
+to commit; it defaults to three days, Iceberg's own default for removing orphan files.
+Only `data/` is swept: metadata files are small, and not swept.
+
+pyiceberg 0.12 lists a table's files but has no orphan-file removal (Spark's Iceberg
+runtime has one, `remove_orphan_files`, but streambed's Spark runs without the Iceberg
+jars), so the listing, the comparison and the deletes are written here.
+
+It refuses to delete anything in a table when a file of the current snapshot under `data/`
+is missing from the listing (the names are then not compared in the same form, or the
+table has lost a file, which an operator must look at first).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+import pyarrow.fs as pafs
+
+from streambed.errors import StorageError
+from streambed.log import log
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+    from streambed.config import Settings
+
+logger = logging.getLogger("streambed.sweep")
+
+DEFAULT_OLDER_THAN = 3 * 24 * 3600.0
+"""Seconds: a file younger than this is kept even when nothing references it."""
+
+
+class SweepRefused(StorageError):
+    """A table's listing and its current snapshot do not match up; nothing is deleted."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A file found under a table's data directory."""
+
+    path: str  # the filesystem's path (no scheme)
+    modified: float  # seconds since the epoch
+    size: int
+
+
+@dataclass(frozen=True)
+class TableSweep:
+    """What the sweep did (or, dry, would do) in one table."""
+
+    table: str
+    removed: list[str]
+    removed_bytes: int
+    kept: int  # files left: referenced, too young, or a running copy's
+    refused: str | None = None  # why nothing was deleted
+
+
+def unreferenced(
+    listed: Iterable[Listed],
+    base: str,
+    *,
+    referenced: Iterable[str],
+    current: Iterable[str],
+    running: Iterable[str] = (),
+    before: float,
+) -> list[Listed]:
+    """The files of `listed` (under `base`, a data directory's filesystem path) that may
+    be deleted: in no snapshot (`referenced`: file URIs of every snapshot), modified before
+    `before`, and not under a directory of `running` (URIs). URIs are compared by their
+    filesystem path (`s3://b/k`, `s3a://b/k` and `s3n://b/k` are `b/k`; `file:///p` is
+    `/p`). Raises `SweepRefused` when a file of `current` (the current snapshot's URIs)
+    under `base` is not listed."""
+    prefix = base.rstrip("/") + "/"
+
+    def relative(uri: str) -> str | None:
+        path = fs_path(uri)
+        return path[len(prefix) :] if path.startswith(prefix) else None
+
+    present: dict[str, Listed] = {}
+    for f in listed:
+        if not f.path.startswith(prefix):
+            raise SweepRefused(f"listed file {f.path} is not under {base}")
+        present[f.path[len(prefix) :]] = f
+    keep: set[str] = set()
+    for uri in current:
+        name = relative(uri)
+        if name is not None and name not in present:
+            raise SweepRefused(
+                f"{uri} is in the table's current snapshot but not in the listing of "
+                f"{base}; nothing deleted (check the storage settings, and the file)"
+            )
+        if name is not None:
+            keep.add(name)
+    keep.update(name for uri in referenced if (name := relative(uri)) is not None)
+    busy = [name.rstrip("/") + "/" for uri in running if (name := relative(uri)) is not None]
+    return [
+        f
+        for name, f in sorted(present.items())
+        if name not in keep and f.modified < before and not any(name.startswith(b) for b in busy)
+    ]
+
+
+def fs_path(uri: str) -> str:
+    """A file URI's path in its filesystem, as pyarrow lists it."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("s3", "s3a", "s3n"):
+        return parts.netloc + parts.path
+    if parts.scheme == "file":
+        return unquote(parts.path)
+    return uri
+
+
+def referenced_files(table: Table) -> tuple[set[str], set[str]]:
+    """(the data and delete file URIs of every snapshot, those of the current snapshot),
+    from pyiceberg's metadata tables (each manifest read once)."""
+    everything: set[str] = set()
+    current: set[str] = set()
+    if table.metadata.snapshots:
+        everything.update(table.inspect.all_files().column("file_path").to_pylist())
+    if table.current_snapshot() is not None:
+        current.update(table.inspect.files().column("file_path").to_pylist())
+    return everything | current, current
+
+
+def list_files(
+    directory: str, options: Mapping[str, str]
+) -> tuple[pafs.FileSystem, str, list[Listed]]:
+    """The filesystem, its path for `directory`, and every file under it."""
+    from streambed.merge.pyarrow_source import filesystem
+
+    fs, base = filesystem(directory, options)
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    files = [
+        Listed(i.path, _seconds(i.mtime), int(i.size or 0))
+        for i in infos
+        if i.type == pafs.FileType.File
+    ]
+    return fs, base, files
+
+
+def _seconds(mtime: dt.datetime | None) -> float:
+    if mtime is None:
+        return float("inf")  # unknown age: never old enough
+    if mtime.tzinfo is None:
+        mtime = mtime.replace(tzinfo=dt.UTC)
+    return mtime.timestamp()
+
+
+def sweep_table(
+    table: Table,
+    name: str,
+    options: Mapping[str, str],
+    *,
+    before: float,
+    running: Iterable[str] = (),
+    dry_run: bool = False,
+) -> TableSweep:
+    """Sweep one table's data directory (see the module doc)."""
+    directory = table.location().rstrip("/") + "/data"
+    fs, base, files = list_files(directory, options)
+    everything, current = referenced_files(table)
+    try:
+        doomed = unreferenced(
+            files,
+            base,
+            referenced=everything,
+            current=current,
+            running=running,
+            before=before,
+        )
+    except SweepRefused as e:
+        log(logger, "sweep refused", logging.WARNING, table=name, error=str(e))
+        return TableSweep(name, [], 0, len(files), refused=str(e))
+    removed: list[str] = []
+    size = 0
+    for f in doomed:
+        if not dry_run:
+            try:
+                fs.delete_file(f.path)
+            except FileNotFoundError:
+                continue
+        removed.append(f.path)
+        size += f.size
+    if removed:
+        message = "unreferenced files found" if dry_run else "unreferenced files removed"
+        log(logger, message, table=name, files=len(removed), bytes=size)
+    return TableSweep(name, removed, size, len(files) - len(removed))
+
+
+def sweep(
+    settings: Settings,
+    *,
+    older_than: float = DEFAULT_OLDER_THAN,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> list[TableSweep]:
+    """Sweep every table the state store knows of."""
+    import time
+
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from streambed.lake.catalog import open_catalog
+    from streambed.merge.pyarrow_source import fs_options
+    from streambed.state.store import StateStore
+
+    before = (time.time() if now is None else now) - older_than
+    options = fs_options(settings)
+    if not settings.state_path.exists():
+        return []  # nothing replicated here yet
+    state = StateStore(settings.state_path)
+    try:
+        tables = state.tables()
+        copies: dict[tuple[str, str], list[str]] = {}
+        for schema, name, _, output_dir, _ in state.copies():
+            copies.setdefault((schema, name), []).append(output_dir)
+    finally:
+        state.close()
+    catalog: Catalog = open_catalog(settings)
+    results = []
+    for t in tables:
+        try:
+            table = catalog.load_table((t.schema, t.name))
+        except NoSuchTableError:
+            continue
+        results.append(
+            sweep_table(
+                table,
+                t.qualified,
+                options,
+                before=before,
+                running=copies.get((t.schema, t.name), []),
+                dry_run=dry_run,
+            )
+        )
+    return results
