@@ -41,7 +41,7 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 def _exists(settings: Settings, uri: str) -> bool:
     fs, path = filesystem(uri, fs_options(settings))
-    return fs.get_file_info(path).type == pafs.FileType.File
+    return bool(fs.get_file_info(path).type == pafs.FileType.File)
 
 
 def _ids(table: Table, snapshot_id: int | None = None) -> list[int]:
