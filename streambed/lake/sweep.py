@@ -11,7 +11,10 @@ each file that is (1) referenced by no snapshot in the table's metadata (pyicebe
 snapshot expired by another engine no longer protects its files), (2) older than
 `older_than` seconds by its modification time, and (3) not under the output directory of
 a copy in progress (the state store's `copies`: a long copy commits its files only at the
-end). The age is the guard for files a running `streambed run` has written and is about
+end). The files of the metadata the state store still serves count as referenced too (its
+latest watermark, and each table's frontier): after a resync that changed the schema, the
+table is created again at the same location and the old one is served until the copy
+commits. The age is the guard for files a running `streambed run` has written and is about
 to commit; it defaults to three days, Iceberg's own default for removing orphan files.
 Only `data/` is swept: metadata files are small, and not swept.
 
@@ -129,15 +132,29 @@ def fs_path(uri: str) -> str:
     return uri
 
 
-def referenced_files(table: Table) -> tuple[set[str], set[str]]:
+def referenced_files(table: Table, pinned: Iterable[str] = ()) -> tuple[set[str], set[str]]:
     """(the data and delete file URIs of every snapshot, those of the current snapshot),
-    from pyiceberg's metadata tables (each manifest read once)."""
+    from pyiceberg's metadata tables (each manifest read once). `pinned`: metadata
+    locations still served (the state store's), whose files count as referenced too: a
+    table dropped and created again at the same location (a resync after a schema change)
+    is served from its old metadata until the new copy commits."""
+    from pyiceberg.table import StaticTable
+
     everything: set[str] = set()
     current: set[str] = set()
     if table.metadata.snapshots:
         everything.update(table.inspect.all_files().column("file_path").to_pylist())
     if table.current_snapshot() is not None:
         current.update(table.inspect.files().column("file_path").to_pylist())
+    for location in set(pinned) - {table.metadata_location}:
+        try:
+            old = StaticTable.from_metadata(location, properties=table.io.properties)
+        except (OSError, ValueError) as e:
+            raise SweepRefused(
+                f"cannot read {location}, which the state store still serves ({e}); nothing deleted"
+            ) from None
+        if old.metadata.table_uuid != table.metadata.table_uuid and old.metadata.snapshots:
+            everything.update(old.inspect.all_files().column("file_path").to_pylist())
     return everything | current, current
 
 
@@ -172,13 +189,14 @@ def sweep_table(
     *,
     before: float,
     running: Iterable[str] = (),
+    pinned: Iterable[str] = (),
     dry_run: bool = False,
 ) -> TableSweep:
     """Sweep one table's data directory (see the module doc)."""
     directory = table.location().rstrip("/") + "/data"
     fs, base, files = list_files(directory, options)
-    everything, current = referenced_files(table)
     try:
+        everything, current = referenced_files(table, pinned)
         doomed = unreferenced(
             files,
             base,
@@ -232,6 +250,8 @@ def sweep(
         copies: dict[tuple[str, str], list[str]] = {}
         for schema, name, _, output_dir, _ in state.copies():
             copies.setdefault((schema, name), []).append(output_dir)
+        mark = state.latest_watermark()
+        served = dict(mark.tables) if mark is not None else {}
     finally:
         state.close()
     catalog: Catalog = open_catalog(settings)
@@ -248,6 +268,9 @@ def sweep(
                 options,
                 before=before,
                 running=copies.get((t.schema, t.name), []),
+                pinned=[
+                    loc for loc in (t.metadata_location, served.get(t.qualified)) if loc is not None
+                ],
                 dry_run=dry_run,
             )
         )

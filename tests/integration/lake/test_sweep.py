@@ -176,3 +176,36 @@ def test_nothing_to_sweep_in_a_new_data_directory(
     assert cli.main(["sweep"]) == 0
     assert "nothing to sweep" in capsys.readouterr().out
     assert not (tmp_path / "state.db").exists()
+
+
+def test_the_metadata_the_state_store_serves_keeps_its_files(settings: Settings) -> None:
+    # A resync after a schema change drops the lake table and creates it again at the same
+    # location; until the new copy commits, the query server reads the old metadata.
+    table, first, second, _, _ = _lake(settings)
+    old_location = table.metadata_location
+    with StateStore(settings.state_path) as state:
+        state.record_watermark(200, {"public.orders": old_location})
+    catalog = open_catalog(settings)
+    catalog.drop_table(("public", "orders"))
+    again = ensure_table(catalog, RELATION, KEY)
+    assert again.location() == table.location()
+    later = time.time() + HOUR
+
+    (result,) = sweep(settings, older_than=60, now=later)
+    assert result.refused is None
+    assert all(_exists(settings, f) for f in first + second)
+
+    with StateStore(settings.state_path) as state:  # the new copy committed
+        state.record_watermark(300, {"public.orders": again.metadata_location})
+    (result,) = sweep(settings, older_than=60, now=later)
+    assert not any(_exists(settings, f) for f in first + second)
+
+
+def test_served_metadata_that_cannot_be_read_refuses_the_sweep(settings: Settings) -> None:
+    table, _, _, orphans, _ = _lake(settings)
+    gone = table.metadata_location.replace(".metadata.json", "-gone.metadata.json")
+    with StateStore(settings.state_path) as state:
+        state.record_watermark(200, {"public.orders": gone})
+    (result,) = sweep(settings, older_than=0, now=time.time() + HOUR)
+    assert result.refused is not None and "cannot read" in result.refused
+    assert all(_exists(settings, f) for f in orphans)
