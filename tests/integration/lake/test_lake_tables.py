@@ -73,17 +73,6 @@ def _row(i: int) -> tuple[bytes | None, ...]:
     )
 
 
-@pytest.fixture(params=["local", "s3"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    if request.param == "local":
-        return Settings(source_url="postgresql://unused", data_dir=tmp_path)
-    server: ThrowawayS3 = request.getfixturevalue("s3_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return Settings(
-        source_url="postgresql://unused", data_dir=tmp_path, **server.settings_kwargs(bucket)
-    )
-
-
 @pytest.fixture
 def catalog(settings: Settings) -> Catalog:
     return open_catalog(settings)

@@ -20,23 +20,11 @@ from streambed.lake.sweep import fs_path, sweep
 from streambed.lake.tables import ensure_table
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from streambed.state.store import StateStore
-from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.lake.test_lake_tables import KEY, RELATION, _write
 
 pytestmark = pytest.mark.integration
 
 HOUR = 3600.0
-
-
-@pytest.fixture(params=["local", "s3"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    if request.param == "local":
-        return Settings(source_url="postgresql://unused", data_dir=tmp_path)
-    server: ThrowawayS3 = request.getfixturevalue("s3_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return Settings(
-        source_url="postgresql://unused", data_dir=tmp_path, **server.settings_kwargs(bucket)
-    )
 
 
 def _exists(settings: Settings, uri: str) -> bool:
