@@ -150,9 +150,16 @@ def run(settings: Settings) -> None:
         database = served[1]
         runtime.pipeline.on_commit = lambda lsn: database.refresh()
     runtime.pipeline.install_signal_handlers()
+    sweeper = None
+    if settings.sweep_interval > 0:
+        from streambed.lake.sweep import Sweeper
+
+        sweeper = Sweeper(settings).start()
     try:
         runtime.pipeline.run()
     finally:
+        if sweeper is not None:
+            sweeper.stop()
         if served is not None:
             served[0].stop()
             served[1].close()  # removes its scratch directory

@@ -67,9 +67,9 @@ def _parser() -> argparse.ArgumentParser:
         "--older-than",
         metavar="HOURS",
         type=_hours,
-        default=72.0,
-        help="only files modified at least this long ago (default 72; 0 only when no "
-        "`streambed run` writes to this lake)",
+        default=None,
+        help="only files modified at least this long ago (default STREAMBED_SWEEP_MIN_AGE, "
+        "72; 0 only when no `streambed run` writes to this lake)",
     )
     sweep.add_argument(
         "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "resync":
             sys.stdout.write(app.resync(settings, args.table))
         elif args.command == "sweep":
-            app.sweep(settings, args.older_than * 3600, dry_run=args.dry_run, out=sys.stdout)
+            hours = settings.sweep_min_age if args.older_than is None else args.older_than
+            app.sweep(settings, hours * 3600, dry_run=args.dry_run, out=sys.stdout)
         else:
             sys.stdout.write(app.status(settings))
     except StreambedError as e:

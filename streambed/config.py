@@ -151,6 +151,21 @@ class Settings:
         "Java or Spark upgrade); Spark then starts several seconds sooner. Linux only.",
         "on",
     )
+    sweep_interval: float = _setting(
+        "STREAMBED_SWEEP_INTERVAL",
+        "Hours between the sweeps `streambed run` makes of unreferenced data files (files no "
+        "snapshot references, left by crashes; as `streambed sweep` does); the first sweep "
+        "runs 10 minutes after start, or sooner when the interval is shorter. 0 turns the "
+        "sweeps off.",
+        24.0,
+    )
+    sweep_min_age: float = _setting(
+        "STREAMBED_SWEEP_MIN_AGE",
+        "Hours: a sweep keeps an unreferenced data file younger than this (the files a "
+        "running streambed is about to commit are young). The default of `streambed sweep "
+        "--older-than` too.",
+        72.0,
+    )
     heartbeat_interval: float = _setting(
         "STREAMBED_HEARTBEAT_INTERVAL",
         "Seconds between heartbeat messages written to the source WAL so an idle slot advances; "
@@ -314,6 +329,12 @@ class Settings:
             out.append("STREAMBED_HEARTBEAT_INTERVAL must be 0 (off) or a positive number")
         if self.copy_reader not in ("duckdb", "csv"):
             out.append(f"STREAMBED_COPY_READER={self.copy_reader!r} must be duckdb or csv")
+        for name, hours in (
+            ("STREAMBED_SWEEP_INTERVAL", self.sweep_interval),
+            ("STREAMBED_SWEEP_MIN_AGE", self.sweep_min_age),
+        ):
+            if not 0 <= hours < float("inf"):
+                out.append(f"{name}={hours!r} must be a number of hours, 0 or more")
         if self.spark_class_archive not in ("on", "off"):
             out.append(
                 f"STREAMBED_SPARK_CLASS_ARCHIVE={self.spark_class_archive!r} must be on or off"

@@ -11,11 +11,15 @@ each file that is (1) referenced by no snapshot in the table's metadata (pyicebe
 snapshot expired by another engine no longer protects its files), (2) older than
 `older_than` seconds by its modification time, and (3) not under the output directory of
 a copy in progress (the state store's `copies`: a long copy commits its files only at the
-end). The files of the metadata the state store still serves count as referenced too (its
-latest watermark, and each table's frontier): after a resync that changed the schema, the
-table is created again at the same location and the old one is served until the copy
-commits. The age is the guard for files a running `streambed run` has written and is about
-to commit; it defaults to three days, Iceberg's own default for removing orphan files.
+end). The files of the current snapshot of the metadata the state store still serves
+count as referenced too (its latest watermark, and each table's frontier): after a resync
+that changed the schema, the table is created again at the same location and the old one
+is served until the copy commits.
+
+The age is the guard for files a running `streambed run` has written and is about to
+commit; it defaults to three days, Iceberg's own default for removing orphan files.
+`streambed run` itself sweeps every `STREAMBED_SWEEP_INTERVAL` hours (`Sweeper`), keeping
+files younger than `STREAMBED_SWEEP_MIN_AGE`.
 Only `data/` is swept: metadata files are small, and not swept.
 
 pyiceberg 0.12 lists a table's files but has no orphan-file removal (Spark's Iceberg
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -135,9 +140,9 @@ def fs_path(uri: str) -> str:
 def referenced_files(table: Table, pinned: Iterable[str] = ()) -> tuple[set[str], set[str]]:
     """(the data and delete file URIs of every snapshot, those of the current snapshot),
     from pyiceberg's metadata tables (each manifest read once). `pinned`: metadata
-    locations still served (the state store's), whose files count as referenced too: a
-    table dropped and created again at the same location (a resync after a schema change)
-    is served from its old metadata until the new copy commits."""
+    locations still served (the state store's), whose current snapshot's files count as
+    referenced too: a table dropped and created again at the same location (a resync after
+    a schema change) is served from its old metadata until the new copy commits."""
     from pyiceberg.table import StaticTable
 
     everything: set[str] = set()
@@ -153,8 +158,8 @@ def referenced_files(table: Table, pinned: Iterable[str] = ()) -> tuple[set[str]
             raise SweepRefused(
                 f"cannot read {location}, which the state store still serves ({e}); nothing deleted"
             ) from None
-        if old.metadata.table_uuid != table.metadata.table_uuid and old.metadata.snapshots:
-            everything.update(old.inspect.all_files().column("file_path").to_pylist())
+        if old.current_snapshot() is not None:  # what is served of it: its current files
+            everything.update(old.inspect.files().column("file_path").to_pylist())
     return everything | current, current
 
 
@@ -195,6 +200,7 @@ def sweep_table(
     """Sweep one table's data directory (see the module doc)."""
     directory = table.location().rstrip("/") + "/data"
     fs, base, files = list_files(directory, options)
+    table = table.refresh()  # after the listing: a file committed meanwhile is referenced
     try:
         everything, current = referenced_files(table, pinned)
         doomed = unreferenced(
@@ -275,3 +281,46 @@ def sweep(
             )
         )
     return results
+
+
+FIRST_SWEEP_SECONDS = 600.0
+"""A running streambed's first sweep comes this long after its start (or one interval,
+if shorter): not during the start-up and the first copies."""
+
+
+class Sweeper:
+    """`streambed run`'s periodic sweep (`STREAMBED_SWEEP_INTERVAL`, files older than
+    `STREAMBED_SWEEP_MIN_AGE`), on a thread of its own. A failed sweep is logged and tried
+    again at the next interval: leftovers cost storage, never correctness."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.interval = settings.sweep_interval * 3600
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="streambed-sweep", daemon=True)
+
+    def start(self) -> Sweeper:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        wait = min(self.interval, FIRST_SWEEP_SECONDS)
+        while not self._stop.wait(wait):
+            wait = self.interval
+            try:
+                results = sweep(self.settings, older_than=self.settings.sweep_min_age * 3600)
+            except Exception as e:  # storage or catalog trouble: try again next time
+                log(logger, "sweep failed", logging.WARNING, error=" ".join(str(e).split()))
+                continue
+            log(
+                logger,
+                "sweep done",
+                tables=len(results),
+                removed=sum(len(r.removed) for r in results),
+                refused=sum(r.refused is not None for r in results),
+            )

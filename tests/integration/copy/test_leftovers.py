@@ -5,7 +5,9 @@ and on S3; and at the restart after a crash between the commit and the cleanup."
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from pathlib import Path
 
 import psycopg
@@ -101,5 +103,34 @@ def test_a_copy_killed_after_its_commit_has_its_leftovers_removed_at_restart(
     assert "copy started" not in second_run  # not copied again
     for table in tables:
         assert set(_files_under_data(d.settings, table)) == _live_files(d.settings, table)
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc, timeout=180)
+    assert d.proc.stop() == 0
+
+
+def test_a_running_streambed_sweeps_old_unreferenced_files(copy_deployment: Deployment) -> None:
+    # What a task attempt that wrote after the copy's own cleanup leaves, or a merge whose
+    # process died before its commit: `streambed run` removes it at its next sweep once it
+    # is older than STREAMBED_SWEEP_MIN_AGE, and keeps a younger one.
+    d = copy_deployment
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE swept (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO swept SELECT g, 'v' || g FROM generate_series(1, 1000) g")
+    tables = ["public.swept"]
+    d.proc.start({"STREAMBED_SWEEP_INTERVAL": str(2 / 3600), "STREAMBED_SWEEP_MIN_AGE": "1"})
+    wait_until(lambda: _all_ready(d, tables), 240, "the table copied", d.proc)
+    live = _live_files(d.settings, "public.swept")
+    directory = Path(next(iter(live)).removeprefix("file://")).parent.parent
+    old, young = directory / "old-stray.parquet", directory / "young-stray.parquet"
+    for stray in (old, young):
+        stray.write_bytes(b"no snapshot references this")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    wait_until(lambda: not old.exists(), 60, "the old stray file swept", d.proc)
+    assert young.exists()
+    assert all(Path(f.removeprefix("file://")).exists() for f in live)
+    logs = d.proc.logs()
+    assert "unreferenced files removed" in logs and "sweep done" in logs
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("UPDATE swept SET v = 'after' WHERE id <= 10")
     wait_lake_equals_source(d.settings, d.url, tables, d.proc, timeout=180)
     assert d.proc.stop() == 0
