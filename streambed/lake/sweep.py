@@ -54,9 +54,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("streambed.sweep")
 
-DEFAULT_OLDER_THAN = 3 * 24 * 3600.0
-"""Seconds: a file younger than this is kept even when nothing references it."""
-
 
 class SweepRefused(StorageError):
     """A table's listing and its current snapshot do not match up; nothing is deleted."""
@@ -199,9 +196,10 @@ def sweep_table(
 ) -> TableSweep:
     """Sweep one table's data directory (see the module doc)."""
     directory = table.location().rstrip("/") + "/data"
-    fs, base, files = list_files(directory, options)
-    table = table.refresh()  # after the listing: a file committed meanwhile is referenced
+    files: list[Listed] = []
     try:
+        fs, base, files = list_files(directory, options)
+        table = table.refresh()  # after the listing: a file committed meanwhile is referenced
         everything, current = referenced_files(table, pinned)
         doomed = unreferenced(
             files,
@@ -211,9 +209,10 @@ def sweep_table(
             running=running,
             before=before,
         )
-    except SweepRefused as e:
-        log(logger, "sweep refused", logging.WARNING, table=name, error=str(e))
-        return TableSweep(name, [], 0, len(files), refused=str(e))
+    except (SweepRefused, OSError) as e:  # OSError: the store or the catalog failed
+        reason = " ".join(str(e).split())
+        log(logger, "sweep refused", logging.WARNING, table=name, error=reason)
+        return TableSweep(name, [], 0, len(files), refused=reason)
     removed: list[str] = []
     size = 0
     for f in doomed:
@@ -233,11 +232,14 @@ def sweep_table(
 def sweep(
     settings: Settings,
     *,
-    older_than: float = DEFAULT_OLDER_THAN,
+    older_than: float | None = None,
     dry_run: bool = False,
     now: float | None = None,
 ) -> list[TableSweep]:
-    """Sweep every table the state store knows of."""
+    """Sweep every table the state store knows of: files older than `older_than` seconds
+    (None: `STREAMBED_SWEEP_MIN_AGE`) as of `now` (None: the time now). A table that cannot
+    be swept (unreadable metadata, a failed listing, `SweepRefused`) is reported in its
+    result and left alone; the others are swept."""
     import time
 
     from pyiceberg.exceptions import NoSuchTableError
@@ -246,6 +248,8 @@ def sweep(
     from streambed.merge.pyarrow_source import fs_options
     from streambed.state.store import StateStore
 
+    if older_than is None:
+        older_than = settings.sweep_min_age * 3600
     before = (time.time() if now is None else now) - older_than
     options = fs_options(settings)
     if not settings.state_path.exists():
@@ -266,6 +270,11 @@ def sweep(
         try:
             table = catalog.load_table((t.schema, t.name))
         except NoSuchTableError:
+            continue
+        except OSError as e:  # its metadata cannot be read: this table is not swept
+            reason = f"cannot load the table: {' '.join(str(e).split())}"
+            log(logger, "sweep refused", logging.WARNING, table=t.qualified, error=reason)
+            results.append(TableSweep(t.qualified, [], 0, 0, refused=reason))
             continue
         results.append(
             sweep_table(

@@ -4,6 +4,7 @@ a running copy's files stay; a table whose current files are missing is not touc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -14,12 +15,14 @@ from pyiceberg.table import Table
 
 from streambed import cli
 from streambed.config import Settings
+from streambed.errors import StorageError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
 from streambed.lake.sweep import fs_path, sweep
 from streambed.lake.tables import ensure_table
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from streambed.state.store import StateStore
+from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.lake.test_lake_tables import KEY, RELATION, _write
 
 pytestmark = pytest.mark.integration
@@ -197,4 +200,28 @@ def test_served_metadata_that_cannot_be_read_refuses_the_sweep(settings: Setting
         state.record_watermark(200, {"public.orders": gone})
     (result,) = sweep(settings, older_than=0, now=time.time() + HOUR)
     assert result.refused is not None and "cannot read" in result.refused
+    assert all(_exists(settings, f) for f in orphans)
+
+
+def test_storage_that_refuses_the_credentials_stops_the_sweep_with_a_clear_error(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    server: ThrowawayS3 = request.getfixturevalue("s3_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    settings = Settings(
+        source_url="postgresql://unused", data_dir=tmp_path, **server.settings_kwargs(bucket)
+    )
+    _, _, _, orphans, _ = _lake(settings)
+    wrong = dataclasses.replace(settings, s3_secret_access_key="not-the-secret")
+    with pytest.raises(StorageError, match="refused the credentials"):
+        sweep(wrong, older_than=0, now=time.time() + HOUR)
+    assert all(_exists(settings, f) for f in orphans)
+
+
+def test_a_table_whose_metadata_is_gone_is_reported_and_left_alone(settings: Settings) -> None:
+    table, _, _, orphans, _ = _lake(settings)
+    fs, path = filesystem(table.metadata_location, fs_options(settings))
+    fs.delete_file(path)
+    (result,) = sweep(settings, older_than=0, now=time.time() + HOUR)
+    assert result.refused is not None and "cannot load the table" in result.refused
     assert all(_exists(settings, f) for f in orphans)
