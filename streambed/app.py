@@ -210,9 +210,10 @@ def resync(settings: Settings, table: str) -> str:
     )
 
 
-def sweep(settings: Settings, older_than: float, *, dry_run: bool, out: TextIO) -> None:
+def sweep(settings: Settings, older_than: float | None, *, dry_run: bool, out: TextIO) -> None:
     """Delete (`dry_run`: list) each table's unreferenced data files older than
-    `older_than` seconds (`streambed.lake.sweep`); writes one line per table to `out`.
+    `older_than` seconds (None: `STREAMBED_SWEEP_MIN_AGE`; `streambed.lake.sweep`); writes
+    one line per table to `out`.
     Raises `SweepRefused` after the report when a table could not be swept."""
     from streambed.lake.sweep import SweepRefused
     from streambed.lake.sweep import sweep as sweep_tables

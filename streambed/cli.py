@@ -114,8 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "resync":
             sys.stdout.write(app.resync(settings, args.table))
         elif args.command == "sweep":
-            hours = settings.sweep_min_age if args.older_than is None else args.older_than
-            app.sweep(settings, hours * 3600, dry_run=args.dry_run, out=sys.stdout)
+            seconds = None if args.older_than is None else args.older_than * 3600
+            app.sweep(settings, seconds, dry_run=args.dry_run, out=sys.stdout)
         else:
             sys.stdout.write(app.status(settings))
     except StreambedError as e:

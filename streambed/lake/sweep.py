@@ -36,14 +36,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
 from streambed.errors import StorageError
+from streambed.lake.storage import split_uri
 from streambed.log import log
 
 if TYPE_CHECKING:
@@ -91,13 +92,16 @@ def unreferenced(
     """The files of `listed` (under `base`, a data directory's filesystem path) that may
     be deleted: in no snapshot (`referenced`: file URIs of every snapshot), modified before
     `before`, and not under a directory of `running` (URIs). URIs are compared by their
-    filesystem path (`s3://b/k`, `s3a://b/k` and `s3n://b/k` are `b/k`; `file:///p` is
-    `/p`). Raises `SweepRefused` when a file of `current` (the current snapshot's URIs)
-    under `base` is not listed."""
+    filesystem path (`storage.split_uri`: `s3://b/k`, `s3a://b/k` and `s3n://b/k` are
+    `b/k`; `file:///p` is `/p`). Raises `SweepRefused` when a file of `current` (the
+    current snapshot's URIs) under `base` is not listed."""
     prefix = base.rstrip("/") + "/"
 
     def relative(uri: str) -> str | None:
-        path = fs_path(uri)
+        try:
+            _, path = split_uri(uri)
+        except StorageError:  # a scheme streambed does not store to: not in this listing
+            return None
         return path[len(prefix) :] if path.startswith(prefix) else None
 
     present: dict[str, Listed] = {}
@@ -122,16 +126,6 @@ def unreferenced(
         for name, f in sorted(present.items())
         if name not in keep and f.modified < before and not any(name.startswith(b) for b in busy)
     ]
-
-
-def fs_path(uri: str) -> str:
-    """A file URI's path in its filesystem, as pyarrow lists it."""
-    parts = urlsplit(uri)
-    if parts.scheme in ("s3", "s3a", "s3n"):
-        return parts.netloc + parts.path
-    if parts.scheme == "file":
-        return unquote(parts.path)
-    return uri
 
 
 def referenced_files(table: Table, pinned: Iterable[str] = ()) -> tuple[set[str], set[str]]:
@@ -240,8 +234,6 @@ def sweep(
     (None: `STREAMBED_SWEEP_MIN_AGE`) as of `now` (None: the time now). A table that cannot
     be swept (unreadable metadata, a failed listing, `SweepRefused`) is reported in its
     result and left alone; the others are swept."""
-    import time
-
     from pyiceberg.exceptions import NoSuchTableError
 
     from streambed.lake.catalog import open_catalog
@@ -322,7 +314,7 @@ class Sweeper:
         while not self._stop.wait(wait):
             wait = self.interval
             try:
-                results = sweep(self.settings, older_than=self.settings.sweep_min_age * 3600)
+                results = sweep(self.settings)
             except Exception as e:  # storage or catalog trouble: try again next time
                 log(logger, "sweep failed", logging.WARNING, error=" ".join(str(e).split()))
                 continue

@@ -18,7 +18,8 @@ from streambed.config import Settings
 from streambed.errors import StorageError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
-from streambed.lake.sweep import fs_path, sweep
+from streambed.lake.storage import split_uri
+from streambed.lake.sweep import sweep
 from streambed.lake.tables import ensure_table
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from streambed.state.store import StateStore
@@ -28,6 +29,10 @@ from tests.integration.lake.test_lake_tables import KEY, RELATION, _write
 pytestmark = pytest.mark.integration
 
 HOUR = 3600.0
+
+
+def _path(uri: str) -> str:
+    return split_uri(uri)[1]
 
 
 def _exists(settings: Settings, uri: str) -> bool:
@@ -77,11 +82,11 @@ def test_old_unreferenced_files_go_and_everything_a_reader_needs_stays(
     # An hour later, with files older than a minute: a dry run lists, deletes nothing.
     later = time.time() + HOUR
     (dry,) = sweep(settings, older_than=60, now=later, dry_run=True)
-    assert sorted(dry.removed) == sorted(fs_path(f) for f in orphans)
+    assert sorted(dry.removed) == sorted(_path(f) for f in orphans)
     assert all(_exists(settings, f) for f in orphans)
 
     (result,) = sweep(settings, older_than=60, now=later)
-    assert sorted(result.removed) == sorted(fs_path(f) for f in orphans)
+    assert sorted(result.removed) == sorted(_path(f) for f in orphans)
     assert result.removed_bytes > 0 and result.refused is None
     assert not any(_exists(settings, f) for f in orphans)
     assert all(_exists(settings, f) for f in first + second)
@@ -125,13 +130,13 @@ def test_the_command_keeps_young_files_by_default(
         _write(open_catalog(settings).load_table(("public", "orders")), range(40, 41))[0],
     )
     four_days_ago = time.time() - 96 * HOUR
-    os.utime(fs_path(old), (four_days_ago, four_days_ago))
+    os.utime(_path(old), (four_days_ago, four_days_ago))
     for key, value in _env(settings).items():
         monkeypatch.setenv(key, value)
 
     assert cli.main(["sweep", "--dry-run"]) == 0
     printed = capsys.readouterr().out
-    assert "public.orders: would remove 1 files" in printed and fs_path(old) in printed
+    assert "public.orders: would remove 1 files" in printed and _path(old) in printed
     assert _exists(settings, old)
 
     assert cli.main(["sweep"]) == 0
@@ -152,7 +157,7 @@ def test_the_command_exits_3_when_a_table_is_refused(
 ) -> None:
     settings = Settings(source_url="postgresql://unused", data_dir=tmp_path)
     _, _, second, _, _ = _lake(settings)
-    os.remove(fs_path(second[0]))
+    os.remove(_path(second[0]))
     for key, value in _env(settings).items():
         monkeypatch.setenv(key, value)
     assert cli.main(["sweep", "--older-than", "0"]) == 3
