@@ -32,6 +32,7 @@ from streambed.copy.ranges import block_ranges
 from streambed.copy.snapshot import (
     CopyInterrupted,
     SnapshotExpired,
+    connect_failed,
     connection_lost,
     snapshot_expired,
 )
@@ -42,6 +43,7 @@ from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import current_data_files
 from streambed.lake.tables import arrow_schema, ensure_table
 from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
+from streambed.replication.connection import classify
 
 if TYPE_CHECKING:
     from pyspark import StatusTracker
@@ -338,6 +340,12 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
                 f"copy of {qualified} failed: {message} (a copy task's connection to the "
                 "source ended while it read)",
                 kind=kind,
+            )
+        if connect_failed(message):
+            # The source is down or restarting (retried with backoff), or refuses the login.
+            return SourceError(
+                f"copy of {qualified} failed: a copy task could not connect: {message}",
+                kind=classify(message),
             )
         if "does not exist" in message:
             message += " (the table was dropped during its copy)"

@@ -18,6 +18,11 @@ The rules the pipeline follows through this class:
   backend terminated, its statement cancelled), is copied again at once under a new
   snapshot, keeping its hold, up to `SNAPSHOT_ATTEMPTS` snapshots; only then does it fail
   as below.
+- A copy that fails because the source is unreachable (restarting, down, the network:
+  `Kind.SOURCE_UNREACHABLE`) keeps its hold and is copied again under a new snapshot after
+  a backoff (1 s doubling up to `RETRY_MAX_SECONDS`), for
+  as long as the process runs. Snapshots lost while the source was unreachable do not count
+  towards `SNAPSHOT_ATTEMPTS`.
 - A failed copy (table dropped, no SELECT permission, Spark error) leaves
   the table `pending` and blocked, releases its hold, and is retried at the next start or
   by `streambed resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
@@ -55,6 +60,7 @@ from streambed.log import log
 from streambed.lsn import format_lsn
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
+from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.connection import sql_connect
 from streambed.state.store import StateStore
 
@@ -70,6 +76,9 @@ RESYNC_POLL_SECONDS: Final = 2.0
 
 SNAPSHOT_ATTEMPTS: Final = 3
 """Snapshots a table's copy may take when each expires before its tasks imported it."""
+
+RETRY_MAX_SECONDS: Final = 60.0
+"""The longest wait before copying again a table whose copy found the source unreachable."""
 
 Name = tuple[str, str]
 
@@ -141,6 +150,9 @@ class CopyManager:
         self._position = 0  # the highest LSN acknowledged to the slot by this process
         self._next_resync_poll = 0.0
         self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
+        self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
+        self._retrier = Retrier(Backoff(initial=1.0, maximum=RETRY_MAX_SECONDS))
+        self._closing = threading.Event()
 
     # ---- pipeline thread --------------------------------------------------------------
 
@@ -262,6 +274,7 @@ class CopyManager:
     def close(self) -> None:
         """Stop showing progress. A running copy is not waited for: the process is ending,
         and the next start finds it interrupted (its files are removed, it runs again)."""
+        self._closing.set()
         self._queue.put(None)
         self.progress.close()
 
@@ -306,6 +319,27 @@ class CopyManager:
                 error = e if isinstance(e, StreambedError) else StreambedError(f"copy failed: {e}")
                 logger.exception("copy failed")
                 self._finish_all(batch.names, error)
+            if not self._pause_for_waiting():
+                return
+
+    def _pause_for_waiting(self) -> bool:
+        """Tables whose copy failed with the source unreachable are queued again after a backoff.
+        False when the manager closed meanwhile."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+            delay = self._retrier.next_delay() if waiting else 0.0
+        if not waiting:
+            return True
+        log(
+            logger,
+            "copy waits before trying again",
+            tables=", ".join(f"{s}.{n}" for s, n in waiting),
+            retry_in=f"{delay:.1f}s",
+        )
+        if self._closing.wait(delay):
+            return False
+        self._queue.put(_Batch(tuple(waiting), None))
+        return True
 
     def _copy_batch(self, batch: _Batch) -> None:
         anchor = batch.anchor
@@ -322,6 +356,10 @@ class CopyManager:
         try:
             anchor = anchor or SnapshotAnchor.from_temporary_slot(self.settings.source_url)
         except StreambedError as e:
+            if e.kind is Kind.SOURCE_UNREACHABLE:
+                with self._lock:  # an outage is not the copy's fault: its snapshots restart
+                    for waiting in batch.names:
+                        self._snapshots_taken.pop(waiting, None)
             self._finish_all(batch.names, e)
             return
         again: list[Name] = []
@@ -440,6 +478,7 @@ class CopyManager:
             return
         with self._lock:
             self._snapshots_taken.pop(name, None)
+            self._retrier.reset()
         self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
         self.progress.finish(info.qualified, result.rows, copying=result.copying_seconds)
         log(
@@ -506,6 +545,17 @@ class CopyManager:
     def _fail(self, name: Name, error: StreambedError) -> None:
         if self.state.table(*name) is not None:
             self.state.abandon_copy(*name)
+        if error.kind is Kind.SOURCE_UNREACHABLE:  # it keeps its hold; `_work` queues it again
+            log(
+                logger,
+                "copy failed: the source is unreachable; copying the table again when it answers",
+                logging.WARNING,
+                table=f"{name[0]}.{name[1]}",
+                error=str(error),
+            )
+            with self._lock:
+                self._waiting.append(name)
+            return
         log(
             logger,
             "copy failed; the table stays pending (retried at the next start or by "

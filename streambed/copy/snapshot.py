@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,12 @@ class CopyInterrupted(SourceError):
 def connection_lost(message: str) -> bool:
     """Whether a source error message says a copy task's connection or statement ended."""
     return any(m in message for m in _LOST_MESSAGES)
+
+
+def connect_failed(message: str) -> bool:
+    """Whether a source error message says a copy task could not open its connection
+    (libpq's `connection to server at "host", port N failed: ...`)."""
+    return re.search(r"connection to server (at|on socket) .*? failed:", message, re.S) is not None
 
 
 def snapshot_expired(message: str) -> bool:

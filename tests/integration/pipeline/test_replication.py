@@ -123,6 +123,8 @@ def test_postgres_restart_during_streaming_is_survived(
     execute(d.url, SCHEMA)
     start(d)
     execute(d.url, "INSERT INTO ints SELECT g, 'x', g, now() FROM generate_series(1, 2000) g")
+    # Streaming, not copying (tests/integration/copy/test_source_outage.py has the copy).
+    wait_lake_equals_source(d.settings, d.url, ["public.ints"], d.proc)
     pg_server.restart(mode="immediate")
     execute(
         d.url,

@@ -59,6 +59,29 @@ def test_other_source_errors_are_not_retried(message: str, hint: str) -> None:
     error = _failure("public.t", _spark_error("copying public.t", message))
     assert type(error) is SourceError
     assert hint in str(error)
+    assert error.kind is not Kind.SOURCE_UNREACHABLE  # the manager waits only for those
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # DuckDB's reader, the source stopped
+        'IO Error: Unable to connect to Postgres at "user=postgres host=127.0.0.1 port=5 '
+        "application_name='streambed-copy 1/0'\": connection to server at \"127.0.0.1\", "
+        "port 5 failed: Connection refused Is the server running on that host and accepting "
+        "TCP/IP connections?",
+        # psycopg's, the source restarting
+        'connection failed: connection to server at "10.0.0.1", port 5432 failed: FATAL:  '
+        "the database system is starting up",
+        'connection to server on socket "/run/postgresql/.s.PGSQL.5432" failed: No such file '
+        "or directory",
+    ],
+)
+def test_a_task_that_cannot_reach_the_source_waits_for_it(message: str) -> None:
+    error = _failure("public.t", _spark_error("copying public.t", message))
+    assert type(error) is SourceError
+    assert error.kind is Kind.SOURCE_UNREACHABLE
+    assert "could not connect" in str(error) and "public.t" in str(error)
 
 
 def test_a_value_the_lake_cannot_hold_is_a_schema_error() -> None:
