@@ -67,7 +67,7 @@ def test_other_source_errors_are_not_retried(message: str, hint: str) -> None:
     [
         # DuckDB's reader, the source stopped
         'IO Error: Unable to connect to Postgres at "user=postgres host=127.0.0.1 port=5 '
-        "application_name='streambed-copy 1/0'\": connection to server at \"127.0.0.1\", "
+        'application_name=\'streambed-copy 1/0\'": connection to server at "127.0.0.1", '
         "port 5 failed: Connection refused Is the server running on that host and accepting "
         "TCP/IP connections?",
         # psycopg's, the source restarting
