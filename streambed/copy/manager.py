@@ -20,9 +20,9 @@ The rules the pipeline follows through this class:
   as below.
 - A copy that fails because the source is unreachable (restarting, down, the network:
   `Kind.SOURCE_UNREACHABLE`) keeps its hold and is copied again under a new snapshot after
-  a backoff (1 s doubling up to `RETRY_MAX_SECONDS`), for
-  as long as the process runs. Snapshots lost while the source was unreachable do not count
-  towards `SNAPSHOT_ATTEMPTS`.
+  a backoff (1 s doubling up to `RETRY_MAX_SECONDS`), for as long as the process runs.
+  Snapshots lost before the source was found unreachable do not count towards
+  `SNAPSHOT_ATTEMPTS`.
 - A failed copy (table dropped, no SELECT permission, Spark error) leaves
   the table `pending` and blocked, releases its hold, and is retried at the next start or
   by `streambed resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
@@ -356,10 +356,6 @@ class CopyManager:
         try:
             anchor = anchor or SnapshotAnchor.from_temporary_slot(self.settings.source_url)
         except StreambedError as e:
-            if e.kind is Kind.SOURCE_UNREACHABLE:
-                with self._lock:  # an outage is not the copy's fault: its snapshots restart
-                    for waiting in batch.names:
-                        self._snapshots_taken.pop(waiting, None)
             self._finish_all(batch.names, e)
             return
         again: list[Name] = []
@@ -555,6 +551,7 @@ class CopyManager:
             )
             with self._lock:
                 self._waiting.append(name)
+                self._snapshots_taken.pop(name, None)  # an outage is not the copy's fault
             return
         log(
             logger,
