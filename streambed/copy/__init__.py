@@ -3,9 +3,8 @@
 - `ranges`: ctid block ranges of a table and the COPY statement of one range (pure).
 - `catalog`: a table's columns, key and size from the source catalog, as the stream sees them.
 - `snapshot`: a snapshot and its seam LSN, from the main slot's creation or a temporary slot.
-- `datasource`: the Spark Python data source whose partitions are ctid ranges (light to import).
-- `task`: one partition's work: read its range under the snapshot, write Parquet.
-- `job`: one table's copy on Spark, committed to the lake at its seam.
+- `task`: one Spark task's work: read its ctid range under the snapshot, write Parquet.
+- `job`: one table's copy as a Spark job over its ranges, committed to the lake at its seam.
 - `progress`: rows, rows/s and ETA per table, live on a terminal or as log lines.
 - `manager`: which tables need a copy, the persisted state machine, and what the loop may ack.
 

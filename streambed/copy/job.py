@@ -15,10 +15,10 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pyiceberg.catalog import Catalog
@@ -26,7 +26,6 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from streambed.copy.catalog import TableInfo
-from streambed.copy.datasource import ERROR_MARK, READER, SCHEMA_MARK, PgCopySource
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import block_ranges
 from streambed.copy.snapshot import (
@@ -36,6 +35,7 @@ from streambed.copy.snapshot import (
     connection_lost,
     snapshot_expired,
 )
+from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition
 from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger("streambed.copy")
-
-_register_lock = threading.Lock()
-_registered_in: object = None  # the JVM SparkSession the copy's data source is registered in
 
 JOB_GROUP = "spark.jobGroup.id"
 TASKS_END_SECONDS = 60.0
@@ -125,7 +122,6 @@ def copy_table(
         return CopyResult(info.qualified, 0, 0, 0, frontier, location, time.monotonic() - started)
     if (reader or "duckdb") == "duckdb":
         _check_duckdb_reader()
-    _register(spark)
     out = output_dir(table, run_id)
     ranges = block_ranges(info.blocks, slots=task_slots(spark))
     options = {
@@ -163,20 +159,25 @@ def copy_table(
     previous = context.getLocalProperty(JOB_GROUP)
     context.setJobGroup(group, f"copy of {info.qualified}")
     try:
-        written = spark.read.format(READER).options(**options).load().collect()
+        # One partition per range: `parallelize` slices a list of n items into n slices of
+        # one. An RDD, not a DataFrame: no query to plan, no Python data source to look up,
+        # create and plan in Python workers of their own (docs/initial-copy.md).
+        parts = [(i, r.start, r.end) for i, r in enumerate(ranges)]
+        rdd = context.parallelize(parts, len(parts)).setName(f"copy of {info.qualified}")
+        written: list[Written] = rdd.mapPartitions(partial(copy_partition, options)).collect()
     except Exception as e:  # Spark wraps worker errors in its own exception types
         wait_for_tasks(spark, group)  # the caller removes the run's files after this
         raise _failure(info.qualified, e) from None
     finally:
         context.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None unsets
-    # Partition order (the names start with the partition index): a table inserted in key
-    # order keeps files whose key bounds follow each other.
-    written = sorted(written, key=lambda r: str(r["path"]))
-    files = [str(r["path"]) for r in written]
-    rows = sum(int(r["rows"]) for r in written)
-    size = sum(int(r["bytes"]) for r in written)
+    # Range order (the names start with the range's index): a table inserted in key order
+    # keeps files whose key bounds follow each other.
+    written = sorted(written)
+    files = [path for path, *_ in written]
+    rows = sum(count for _, count, *_ in written)
+    size = sum(length for _, _, length, *_ in written)
     copying = (
-        max(float(r["ended"]) for r in written) - min(float(r["started"]) for r in written)
+        max(ended for *_, ended in written) - min(started for *_, started, _ in written)
         if written
         else None
     )
@@ -354,19 +355,3 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
         return SourceError(f"copy of {qualified} failed: {message}", kind=kind)
     first = " ".join(str(error).split())[:500]
     return StreambedError(f"copy of {qualified} failed on Spark: {first}", kind=Kind.STORAGE)
-
-
-def _register(spark: SparkSession) -> None:
-    # Once per JVM session: registering again makes Spark log a warning for every copy. The
-    # JVM session, not the Python object, is the key: a session stopped and started again
-    # has a new one and needs the registration again (DATA_SOURCE_NOT_FOUND otherwise).
-    global _registered_in
-    with _register_lock:
-        if _registered_in is not spark._jsparkSession:
-            spark.dataSource.register(PgCopySource)
-            _registered_in = spark._jsparkSession
-    # Copies run in worker threads; Spark looks Python data sources up in the JVM thread's
-    # *active* session, which a new thread does not have.
-    jvm = spark._jvm  # no public API sets the active session
-    if jvm is not None:
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

@@ -1,5 +1,14 @@
 """One copy task: a ctid range of a source table read under the snapshot and written as
-Parquet files (see `streambed.copy.datasource` for the data source and docs/initial-copy.md).
+Parquet files (see docs/initial-copy.md).
+
+`streambed.copy.job` runs a copy as one Spark job over an RDD of the table's ranges, one
+range per partition; each task calls `copy_partition` with the copy's `options` (strings),
+which Spark pickles with the function. Each task opens its own connection with the
+replication session's output settings and imports the copy's snapshot (`SET TRANSACTION
+SNAPSHOT` first in a REPEATABLE READ, READ ONLY transaction) before it reads its range.
+What a task returns are not the table's rows: one small tuple per written file, which the
+driver collects and commits. No table row passes through the JVM. A failed task deletes
+the files it wrote.
 
 The range is read by one of two readers (the option `reader`):
 
@@ -23,13 +32,12 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
 import pyarrow as pa
 
 from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
-from streambed.copy.datasource import SCHEMA_MARK, copy_failure
 from streambed.copy.duck import (
     MEMORY_LIMIT,
     WIDE_ROW_BYTES,
@@ -58,6 +66,28 @@ from streambed.pgoutput.messages import RelationColumn
 logger = logging.getLogger("streambed.copy")
 
 READERS = ("duckdb", "csv")
+ERROR_MARK = "streambed-copy-error:"
+SCHEMA_MARK = "a value cannot be stored"  # `copy_failure`'s `what` for a SchemaError
+
+Written = tuple[str, int, int, float, float]
+"""A written file: (path, rows, bytes, started, ended); the last two are when its task
+began and finished copying, in seconds since the epoch."""
+
+
+def copy_failure(what: str, error: BaseException) -> RuntimeError:
+    """An error whose message survives Spark's wrapping (see `job.worker_message`)."""
+    return RuntimeError(f"{ERROR_MARK} {what}: {' '.join(str(error).split())} :{ERROR_MARK}")
+
+
+def copy_partition(
+    options: Mapping[str, str], ranges: Iterable[tuple[int, int, int | None]]
+) -> Iterator[Written]:
+    """A Spark task: copy the partition's ranges, `(index, first block, end block)` each
+    (one per partition), as `options` describe; yields each written file."""
+    for index, start, end in ranges:
+        yield from copy_range(options, index, start, end)
+
+
 DEFAULT_BATCH_BYTES = 1024 * 1024
 """CSV block: smaller blocks stay in the CPU cache (1 MiB parsed faster than 8 MiB here)."""
 MAX_BATCH_BYTES = 2**31 - 1  # Arrow's largest block; a Postgres value is at most 1 GB
@@ -89,9 +119,9 @@ class ArrowValues(Sequence[bytes | None]):
 
 def copy_range(
     options: Mapping[str, str], index: int, start: int, end: int | None
-) -> Iterator[tuple[str, int, int, float, float]]:
-    """Copy partition `index`, heap blocks `[start, end)` (`end` None: to the table's end),
-    as the data source's `options` describe; yields each written file."""
+) -> Iterator[Written]:
+    """Copy range `index`, heap blocks `[start, end)` (`end` None: to the table's end), as
+    the copy's `options` describe; yields each written file."""
     began = time.time()
     schema_name, table = options["schema"], options["table"]
     run_id, output_dir = options["run_id"], options["output_dir"]

@@ -3,9 +3,9 @@
 Spark puts its own source archives first on every Python worker's `PYTHONPATH`
 (`$SPARK_HOME/python/lib/pyspark.zip`, `py4j-*-src.zip`, then the spark-core jar). Python
 never caches bytecode for modules imported from an archive, so each worker daemon Spark
-starts (one per kind: the data source lookup, creation, planning, then the tasks') compiled
-pyspark from source again: about 0.8 s of CPU each, one after another, before the first
-copy of a process could start. The data source lookup also listed every module in the jar.
+starts (one per kind: a Python data source's lookup, creation, planning, then the tasks')
+compiled pyspark from source again: about 0.8 s of CPU each, one after another. The data
+source lookup also listed every module in the jar.
 
 With a pip-installed pyspark the same modules are installed, compiled, in site-packages. This
 command drops Spark's archives and jars from `PYTHONPATH` and replaces itself with the

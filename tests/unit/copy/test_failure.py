@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from streambed.copy.datasource import SCHEMA_MARK, copy_failure
 from streambed.copy.job import _failure
 from streambed.copy.snapshot import CopyInterrupted, SnapshotExpired
+from streambed.copy.task import SCHEMA_MARK, copy_failure
 from streambed.errors import Kind, SchemaError, SourceError, StreambedError
 
 
