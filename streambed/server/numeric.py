@@ -178,7 +178,7 @@ def _quotient_udf(
 ) -> pa.Array:
     texts = _quotients(x, xs, kx, y, ys, ky, max_scale=SCALE).texts
     try:
-        return pc.cast(texts, pa.decimal128(38, SCALE))
+        return arrow_owned(pc.cast(texts, pa.decimal128(38, SCALE)))
     except pa.ArrowInvalid as e:
         raise ValueError(
             f"numeric field overflow: the exact result needs more than {38 - SCALE} digits "
@@ -190,9 +190,24 @@ def _quotient_text_udf(
     x: pa.Array, xs: pa.Array, kx: pa.Array, y: pa.Array, ys: pa.Array, ky: pa.Array
 ) -> pa.Array:
     texts, order = _quotients(x, xs, kx, y, ys, ky)
-    return pa.StructArray.from_arrays(
-        [order, texts], names=[ORDER_FIELD, TEXT_FIELD], mask=pc.is_null(texts)
+    return arrow_owned(
+        pa.StructArray.from_arrays(
+            [order, texts], names=[ORDER_FIELD, TEXT_FIELD], mask=pc.is_null(texts)
+        )
     )
+
+
+def arrow_owned(values: pa.Array) -> pa.Array:
+    """`values` copied into memory Arrow allocated.
+
+    A UDF's result is released by whichever DuckDB thread finishes with it. A buffer numpy
+    owns (pa.array over a numpy array is zero-copy) needs the GIL to be released, and a
+    DuckDB worker waiting for the GIL deadlocks against a session thread that holds it
+    while DuckDB ends the query and waits for its workers (seen in CI: a parameterized
+    `SELECT $1 / qty ... LIMIT 5` hung the server for good). Buffers Arrow allocated are
+    freed without Python. Concatenating always allocates new buffers, the struct's children
+    included; for a 2048-row batch the copy is a few tens of kilobytes."""
+    return pa.concat_arrays([values])
 
 
 def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -4,6 +4,7 @@ prints for the same division."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from decimal import Decimal
 
 import pyarrow as pa
@@ -111,14 +112,17 @@ def test_batch_nulls_and_zero_divisor() -> None:
         _batch(["1"], 0, ["0"], 0)
 
 
-def test_udfs_build_decimal_and_text_results() -> None:
-    def args(x: list[str | None], y: list[str | None]) -> list[pa.Array]:
-        fx = pa.array([None if v is None else Decimal(v) for v in x], pa.decimal128(18, 6))
-        fy = pa.array([None if v is None else Decimal(v) for v in y], pa.decimal128(18, 6))
-        none = pa.nulls(len(x), pa.string())
-        two, zero = pa.array([2] * len(x), pa.int32()), pa.array([0] * len(x), pa.int32())
-        return [fx, none, two, fy, none, zero]
+def _udf_args(x: list[str | None], y: list[str | None]) -> list[pa.Array]:
+    """The UDFs' operands as DuckDB passes them: DECIMAL(18, 6) values, no text, scales."""
+    fx = pa.array([None if v is None else Decimal(v) for v in x], pa.decimal128(18, 6))
+    fy = pa.array([None if v is None else Decimal(v) for v in y], pa.decimal128(18, 6))
+    none = pa.nulls(len(x), pa.string())
+    two, zero = pa.array([2] * len(x), pa.int32()), pa.array([0] * len(x), pa.int32())
+    return [fx, none, two, fy, none, zero]
 
+
+def test_udfs_build_decimal_and_text_results() -> None:
+    args = _udf_args
     out = numeric._quotient_udf(*args(["1.50", None, "-3.00"], ["3", "2", "7"]))
     assert out.type == pa.decimal128(38, numeric.SCALE)
     assert out.to_pylist() == [Decimal("0.5"), None, Decimal("-0.42857142857142857143")]
@@ -130,3 +134,17 @@ def test_udfs_build_decimal_and_text_results() -> None:
     big = [pa.nulls(1, pa.decimal128(18, 6)), pa.array(["1" + "0" * 30]), pa.array([0])]
     with pytest.raises(ValueError, match="overflow"):
         numeric._quotient_udf(*big, *args(["1"], ["3"])[3:])
+
+
+@pytest.mark.parametrize("udf", [numeric._quotient_udf, numeric._quotient_text_udf])
+def test_udf_results_live_in_memory_arrow_allocated(udf: Callable[..., pa.Array]) -> None:
+    # A buffer numpy owns needs the GIL to be freed, and DuckDB frees UDF results on its
+    # worker threads: such a buffer deadlocked the query server. Every byte of the result
+    # must be held in Arrow's pool, which numpy-owned buffers are not.
+    rows = 5000
+    operands = _udf_args([f"{i}.25" for i in range(rows)], ["7"] * rows)
+    pool = pa.default_memory_pool()
+    before = pool.bytes_allocated()
+    out = udf(*operands)
+    held = pool.bytes_allocated() - before
+    assert held >= sum(b.size for b in out.buffers() if b is not None) > 0
