@@ -330,12 +330,17 @@ def _poll_connect(pgconn: PGconn, deadline: float) -> bool:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        fd = pgconn.socket
-        if status == pq.PollingStatus.READING:
-            ready = select.select([fd], [], [], remaining)[0]
-        else:
-            ready = select.select([], [fd], [], remaining)[1]
-        if not ready:
+        writing = status != pq.PollingStatus.READING
+        if not socket_ready(pgconn.socket, remaining, write=writing):
             return False
         status = pq.PollingStatus(pgconn.connect_poll())
     return True
+
+
+def socket_ready(fd: int, timeout: float, *, write: bool = False) -> bool:
+    """Wait up to `timeout` seconds for `fd` to be readable (or writable). poll(), not
+    select(): select() refuses descriptors of 1024 and more, which a process serving many
+    query connections beside the stream reaches."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))

@@ -8,7 +8,6 @@ than its timeout, so the caller's single loop can flush on time.
 from __future__ import annotations
 
 import logging
-import select
 import struct
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from streambed.replication.connection import (
     ReplicationConnection,
     check_name,
     result_error,
+    socket_ready,
     source_error,
 )
 
@@ -186,7 +186,7 @@ class ReplicationStream:
             polled = True  # even with no time left, look at the socket once
             wait = max(0.0, min(remaining, max(self.status_interval, 0.01)))
             try:
-                readable = select.select([self._pgconn.socket], [], [], wait)[0]
+                readable = socket_ready(self._pgconn.socket, wait)
             except (OSError, ValueError, psycopg.OperationalError) as e:
                 raise self._lost(str(e)) from e
             if readable:
@@ -243,7 +243,7 @@ class ReplicationStream:
             polled = True
             self.send_status()
             try:
-                readable = select.select([pgconn.socket], [], [], max(0.0, remaining))[0]
+                readable = socket_ready(pgconn.socket, remaining)
             except (OSError, ValueError, psycopg.OperationalError) as e:
                 raise self._lost(str(e)) from e
             if readable:
@@ -345,7 +345,7 @@ class ReplicationStream:
                     break
                 if nbytes == 0:
                     remaining = max(0.0, deadline - time.monotonic())
-                    if select.select([pgconn.socket], [], [], remaining)[0]:
+                    if socket_ready(pgconn.socket, remaining):
                         pgconn.consume_input()
         except (psycopg.OperationalError, OSError, ValueError):
             pass  # closing anyway
