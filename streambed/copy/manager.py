@@ -151,6 +151,7 @@ class CopyManager:
         self._next_resync_poll = 0.0
         self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
         self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
+        self._resync_after: set[Name] = set()  # resync requested while its copy ran or waited
         self._retrier = Retrier(Backoff(initial=1.0, maximum=RETRY_MAX_SECONDS))
         self._closing = threading.Event()
 
@@ -250,9 +251,14 @@ class CopyManager:
         with self._lock:
             outcomes, self._outcomes = self._outcomes, []
         restart = False
+        again: list[Name] = []  # resync requested while their copy ran: it has ended now
         for outcome in outcomes:
             with self._lock:
                 self._holds.pop(outcome.name, None)
+            if outcome.name in self._resync_after:
+                self._resync_after.discard(outcome.name)
+                if not outcome.gone:
+                    again.append(outcome.name)
             if outcome.gone:
                 self._blocked.discard(outcome.name)
                 continue
@@ -262,7 +268,23 @@ class CopyManager:
             self.lake.load([outcome.name])
             self._record_watermark(outcome.frontier or 0)
             restart = True
-        requested = [n for n in self.state.take_resync_requests() if n not in self._holds]
+        requested = again
+        for table in self.state.take_resync_requests():
+            with self._lock:
+                held = table in self._holds
+            if not held:
+                requested.append(table)
+            elif table not in self._resync_after:
+                # Its copy is running (or waiting for the source): that copy's snapshot may
+                # predate whatever the request is for, so the table is copied again after it.
+                self._resync_after.add(table)
+                log(
+                    logger,
+                    "resync requested during the table's copy; copying it again when that "
+                    "copy ends",
+                    table=f"{table[0]}.{table[1]}",
+                )
+        requested = list(dict.fromkeys(requested))
         if requested:
             for schema, name in requested:
                 if self.state.table(schema, name) is None:

@@ -97,6 +97,38 @@ def test_resync_of_a_ready_table_copies_it_again_while_writes_continue(
     assert d.proc.stop() == 0
 
 
+def test_resync_requested_during_the_tables_copy_copies_it_again_after_that_copy(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    _schema(d.url)
+    with Writer(d.url, TABLES) as writer:
+        d.proc.start()
+        # The first start's copy runs for seconds (Spark starts first): request a resync
+        # of a table while it is registered and not yet ready.
+        wait_until(
+            lambda: _statuses(d).get("public.big_b") in ("pending", "copying"),
+            120,
+            "big_b registered",
+            d.proc,
+        )
+        assert "resync of public.big_b requested" in _resync(d, "public.big_b")
+        wait_until(
+            lambda: "resync requested during the table's copy" in d.proc.logs(),
+            60,
+            "the request deferred",
+            d.proc,
+        )
+        wait_until(
+            lambda: _copies_committed(d, "public.big_b") == 2, 240, "the second copy", d.proc
+        )
+        wait_until(lambda: _all_ready(d, TABLES), 240, "every table ready", d.proc)
+    assert writer.transactions > 10
+    assert _copies_committed(d, "public.big_a") == 1
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc, timeout=300)
+    assert d.proc.stop() == 0
+
+
 def test_a_table_that_no_longer_exists_is_forgotten_and_holds_nothing_back(
     copy_deployment: Deployment,
 ) -> None:
