@@ -122,18 +122,17 @@ def _udf_args(x: list[str | None], y: list[str | None]) -> list[pa.Array]:
 
 
 def test_udfs_build_decimal_and_text_results() -> None:
-    args = _udf_args
-    out = numeric._quotient_udf(*args(["1.50", None, "-3.00"], ["3", "2", "7"]))
+    out = numeric._quotient_udf(*_udf_args(["1.50", None, "-3.00"], ["3", "2", "7"]))
     assert out.type == pa.decimal128(38, numeric.SCALE)
     assert out.to_pylist() == [Decimal("0.5"), None, Decimal("-0.42857142857142857143")]
-    text = numeric._quotient_text_udf(*args(["1.50", None], ["3", "2"]))
+    text = numeric._quotient_text_udf(*_udf_args(["1.50", None], ["3", "2"]))
     assert text.to_pylist() == [
         {numeric.ORDER_FIELD: 0.5, numeric.TEXT_FIELD: "0.50000000000000000000"},
         None,
     ]
     big = [pa.nulls(1, pa.decimal128(18, 6)), pa.array(["1" + "0" * 30]), pa.array([0])]
     with pytest.raises(ValueError, match="overflow"):
-        numeric._quotient_udf(*big, *args(["1"], ["3"])[3:])
+        numeric._quotient_udf(*big, *_udf_args(["1"], ["3"])[3:])
 
 
 @pytest.mark.parametrize("udf", [numeric._quotient_udf, numeric._quotient_text_udf])
