@@ -159,10 +159,16 @@ def _copy(
     spark: SparkSession, catalog: Catalog, url: str, table: str, reader: str = "duckdb"
 ) -> tuple[float, int]:
     """streambed's copy of one table under a fresh snapshot: (seconds, rows). The snapshot's
-    temporary slot is made and dropped outside the seconds, but inside a measured CPU."""
+    temporary slot is made and dropped outside the seconds, but inside a measured CPU.
+
+    Each copy goes into a new, empty lake table, as on a first start: copying again into
+    a table that holds files is a resync, whose commit also drops the old files (0.03-0.05 s
+    more at 1M rows here). The dropped table's files stay in the temporary directory."""
     anchor = SnapshotAnchor.from_temporary_slot(url)
     try:
         info = table_info(anchor.conn, "public", table)
+        if catalog.table_exists(("public", table)):
+            catalog.drop_table(("public", table))
         lake = lake_table(catalog, info)
         started = time.monotonic()
         result = copy_table(
