@@ -51,9 +51,6 @@ _LOCAL_CONF = {
     "spark.default.parallelism": "4",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
-    # The JVM talks to its Python workers over a Unix socket instead of TCP on 127.0.0.1:
-    # a Python job's launch waited about 35 ms more over TCP (2-task job: 0.14 s → 0.105).
-    "spark.python.unix.domain.socket.enabled": "true",
 }
 
 _lock = threading.Lock()
