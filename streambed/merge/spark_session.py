@@ -4,7 +4,9 @@ Starting Spark costs 5-11 s; later merges reuse the session (0.3 s). The master 
 the argument, else `STREAMBED_SPARK_MASTER`, else `local[*]`. `sc://` masters use Spark
 Connect (the server ships in the pyspark wheel); `spark://` and `local[...]` use classic Spark.
 Started from `Settings` with a local master, the JVM uses (or records the classes for) the
-data directory's class archive (`streambed.merge.class_archive`).
+data directory's class archive (`streambed.merge.class_archive`). A local Spark talks to
+its Python workers over Unix sockets in a directory of the process's own
+(`streambed.merge.spark_sockets`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streambed.config import Settings
+from streambed.merge import spark_sockets
 from streambed.merge.class_archive import BUILD_AFTER, ClassArchive
 from streambed.merge.spark_python import NAME as SPARK_PYTHON
 
@@ -110,6 +113,7 @@ def stop_spark() -> None:
         if _session is not None:
             jvm = _jvm_pid(_session)
             _session.stop()
+            spark_sockets.remove()
             if _archive is not None:
                 _archive.build_later(jvm)
             _session = None
@@ -202,6 +206,10 @@ def _start(master: str, java_options: str) -> SparkSession:
     conf = {**_CONF, "spark.driver.extraJavaOptions": java_options}
     if master.startswith("local"):
         conf.update(_LOCAL_CONF)
+        sockets = spark_sockets.socket_dir()
+        if sockets is not None:  # else TCP, whose every Python task waits ~40 ms for input
+            conf["spark.python.unix.domain.socket.enabled"] = "true"
+            conf["spark.python.unix.domain.socket.dir"] = str(sockets)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -1,0 +1,120 @@
+"""The directory of a local Spark's Unix domain sockets (Python driver, JVM, Python workers).
+
+Over TCP on 127.0.0.1 every Python task of a local Spark waited about 40 ms for its first
+input: the JVM sends a task's command and then its data in two small writes, and Nagle's
+algorithm holds the second until the worker's delayed acknowledgement (40 ms on Linux).
+Over Unix domain sockets (`spark.python.unix.domain.socket.enabled`, Spark 4.1+) nothing
+waits: an empty 2-task Python job takes 55-65 ms instead of 100-110 (docs/initial-copy.md).
+
+Spark creates its socket files in `spark.python.unix.domain.socket.dir` and removes them
+when it closes them; a driver that is killed leaves them. So each process gets a directory
+of its own in the system's temporary directory, `streambed-spark-<pid namespace>-<pid>-…`,
+removed when Spark stops or the process exits; each start and stop also removes the
+directories of processes of the same pid namespace that no longer run (what a killed
+`streambed run` left). Where the temporary directory's path is too long for a socket's
+name, there is no directory and Spark uses TCP.
+
+Written by hand: Spark removes neither the sockets of a killed driver nor their directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+PREFIX: Final = "streambed-spark-"
+MAX_DIR_CHARS: Final = 60
+"""A socket's path is at most 107 bytes (`sun_path`); Spark names its files
+`.<uuid>.sock` (42 characters) inside the directory."""
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)-(\d+)-")
+
+_lock = threading.Lock()
+_current: Path | None = None
+_registered = False
+
+
+def namespace() -> int:
+    """The inode of this process's pid namespace (0 where it cannot be read): a pid names
+    the same process only within one namespace."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return 0
+    found = re.search(r"\[(\d+)\]", link)
+    return int(found.group(1)) if found else 0
+
+
+def socket_dir() -> Path | None:
+    """This process's socket directory, made on first use in the temporary directory
+    (None: that is too long a path for sockets)."""
+    global _current, _registered
+    with _lock:
+        if _current is None or not _current.is_dir():
+            _current = make_dir(Path(tempfile.gettempdir()))
+            if _current is not None and not _registered:
+                atexit.register(remove)
+                _registered = True
+        return _current
+
+
+def make_dir(root: Path) -> Path | None:
+    """A new socket directory of this process under `root`, once the stale ones there are
+    removed; None if `root` is too long a path for the sockets inside."""
+    sweep(root)
+    prefix = f"{PREFIX}{namespace()}-{os.getpid()}-"
+    if len(str(root)) + 1 + len(prefix) + 8 > MAX_DIR_CHARS:
+        log.debug("%s is too long a path for Unix sockets: spark uses TCP", root)
+        return None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+
+
+def remove() -> None:
+    """Remove this process's socket directory (after Spark stopped) and stale ones."""
+    global _current
+    with _lock:
+        if _current is not None:
+            shutil.rmtree(_current, ignore_errors=True)
+            sweep(_current.parent)
+            _current = None
+
+
+def sweep(root: Path) -> list[Path]:
+    """Remove the socket directories under `root` of processes of this pid namespace that
+    no longer run; the directories removed."""
+    ours = namespace()
+    removed: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in root.iterdir():
+            found = _NAME.match(entry.name)
+            if found is None or int(found.group(1)) != ours:
+                continue
+            pid = int(found.group(2))
+            if pid == os.getpid() or running(pid) or not entry.is_dir():
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            if not entry.exists():
+                removed.append(entry)
+    if removed:
+        log.info("removed %d spark socket directories of ended processes", len(removed))
+    return removed
+
+
+def running(pid: int) -> bool:
+    """Whether a process `pid` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
