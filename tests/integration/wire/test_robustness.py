@@ -149,8 +149,7 @@ def test_rapid_connections(trust_server: QueryServer) -> None:
     # psycopg's bundled libpq in this process fails to make SCRAM nonces ("could not
     # generate nonce"), even when, as here, the 1000 clients run in another process. Not yet
     # understood; clients in other processes keep logging in fine.
-    started = time.monotonic()
-    done = subprocess.run(
+    done = subprocess.run(  # a server that stops answering fails on the timeout
         [sys.executable, "-c", RAPID_CLIENT, conninfo(trust_server), str(RAPID_CONNECTIONS)],
         capture_output=True,
         text=True,
@@ -159,6 +158,5 @@ def test_rapid_connections(trust_server: QueryServer) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(RAPID_CONNECTIONS)
-    assert time.monotonic() - started < 60
     with psycopg.connect(conninfo(trust_server), autocommit=True) as c:
         assert c.execute("SELECT 1").fetchone() == (1,)
