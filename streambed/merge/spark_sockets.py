@@ -30,6 +30,8 @@ import threading
 from pathlib import Path
 from typing import Final
 
+from streambed.merge.class_archive import alive
+
 log = logging.getLogger(__name__)
 
 PREFIX: Final = "streambed-spark-"
@@ -99,7 +101,7 @@ def sweep(root: Path) -> list[Path]:
             if found is None or int(found.group(1)) != ours:
                 continue
             pid = int(found.group(2))
-            if pid == os.getpid() or running(pid) or not entry.is_dir():
+            if pid == os.getpid() or alive(pid) or not entry.is_dir():
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             if not entry.exists():
@@ -107,14 +109,3 @@ def sweep(root: Path) -> list[Path]:
     if removed:
         log.info("removed %d spark socket directories of ended processes", len(removed))
     return removed
-
-
-def running(pid: int) -> bool:
-    """Whether a process `pid` exists (one of another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
