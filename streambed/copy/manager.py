@@ -23,9 +23,13 @@ The rules the pipeline follows through this class:
   a backoff (1 s doubling up to `RETRY_MAX_SECONDS`), for as long as the process runs.
   Snapshots lost before the source was found unreachable do not count towards
   `SNAPSHOT_ATTEMPTS`.
-- A failed copy (table dropped, no SELECT permission, Spark error) leaves
-  the table `pending` and blocked, releases its hold, and is retried at the next start or
-  by `streambed resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
+- A copy that fails in Spark or in storage (`Kind.STORAGE`: a Python worker killed, an
+  object store error) leaves the table `pending` and blocked, releases its hold, and is
+  copied again under a new snapshot after a backoff (1 s doubling up to
+  `STORAGE_RETRY_MAX_SECONDS`), as `streambed resync` would, for as long as the process runs.
+- Any other failed copy (table dropped, no SELECT permission) leaves the table `pending`
+  and blocked, releases its hold, and is retried at the next start or by `streambed
+  resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
 - At start, copies a crash interrupted are either found committed (their files are live in
   the lake table: the table becomes `ready`) or their files are removed (`pending`).
 
@@ -37,7 +41,9 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +85,10 @@ SNAPSHOT_ATTEMPTS: Final = 3
 
 RETRY_MAX_SECONDS: Final = 60.0
 """The longest wait before copying again a table whose copy found the source unreachable."""
+
+STORAGE_RETRY_MAX_SECONDS: Final = 600.0
+"""The longest wait before copying again a table whose copy failed in Spark or storage: a
+failure that is not transient then costs one copy every ten minutes, not one a minute."""
 
 Name = tuple[str, str]
 
@@ -153,6 +163,9 @@ class CopyManager:
         self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
         self._resync_after: set[Name] = set()  # resync requested while its copy ran or waited
         self._retrier = Retrier(Backoff(initial=1.0, maximum=RETRY_MAX_SECONDS))
+        self._storage_backoff = Backoff(initial=1.0, maximum=STORAGE_RETRY_MAX_SECONDS)
+        self._storage_failures: dict[Name, int] = {}  # consecutive, per table
+        self._copy_again_at: dict[Name, float] = {}  # failed in Spark or storage: when
         self._closing = threading.Event()
 
     # ---- pipeline thread --------------------------------------------------------------
@@ -236,9 +249,10 @@ class CopyManager:
         self._position = max(self._position, lsn)
 
     def due(self, now: float) -> bool:
-        """Something for `step`: a copy finished, or it is time to look for resync requests."""
+        """Something for `step`: a copy finished, a failed copy's pause is over, or it is
+        time to look for resync requests."""
         with self._lock:
-            if self._outcomes:
+            if self._outcomes or any(at <= now for at in self._copy_again_at.values()):
                 return True
         if now >= self._next_resync_poll:
             self._next_resync_poll = now + RESYNC_POLL_SECONDS
@@ -268,7 +282,8 @@ class CopyManager:
             self.lake.load([outcome.name])
             self._record_watermark(outcome.frontier or 0)
             restart = True
-        requested = again
+        retries = self._due_again(time.monotonic())  # logged there
+        requested = again + retries
         for table in self.state.take_resync_requests():
             with self._lock:
                 held = table in self._holds
@@ -289,9 +304,22 @@ class CopyManager:
             for schema, name in requested:
                 if self.state.table(schema, name) is None:
                     self.state.register(schema, name, 0, "pending")
-            log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in requested))
+            asked = [t for t in requested if t not in retries]
+            if asked:
+                log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
             self._submit(tuple(requested), None, self._position)
         return restart
+
+    def _due_again(self, now: float) -> list[Name]:
+        """Tables whose copy failed in Spark or storage and whose pause is over."""
+        with self._lock:
+            due = [name for name, at in self._copy_again_at.items() if at <= now]
+            for name in due:
+                del self._copy_again_at[name]
+            due = [name for name in due if name not in self._holds]  # a resync copies it now
+        for name in due:
+            log(logger, "copying again a table whose copy failed", table=f"{name[0]}.{name[1]}")
+        return due
 
     def close(self) -> None:
         """Stop showing progress. A running copy is not waited for: the process is ending,
@@ -496,6 +524,8 @@ class CopyManager:
             return
         with self._lock:
             self._snapshots_taken.pop(name, None)
+            self._storage_failures.pop(name, None)
+            self._copy_again_at.pop(name, None)  # a resync copied it meanwhile
             self._retrier.reset()
         self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
         self.progress.finish(info.qualified, result.rows, copying=result.copying_seconds)
@@ -574,6 +604,24 @@ class CopyManager:
             with self._lock:
                 self._waiting.append(name)
                 self._snapshots_taken.pop(name, None)  # an outage is not the copy's fault
+            return
+        if error.kind is Kind.STORAGE:  # released and blocked until copied again
+            with self._lock:
+                failures = self._storage_failures.get(name, 0)
+                self._storage_failures[name] = failures + 1
+                delay = self._storage_backoff.delay(failures, random.random())
+                self._copy_again_at[name] = time.monotonic() + delay
+                self._outcomes.append(Outcome(name, error=error))
+            log(
+                logger,
+                "copy failed in Spark or storage; the table stays pending and is copied "
+                "again after a pause",
+                logging.ERROR,
+                table=f"{name[0]}.{name[1]}",
+                error=str(error),
+                failures=failures + 1,
+                retry_in=f"{delay:.1f}s",
+            )
             return
         log(
             logger,

@@ -43,17 +43,18 @@ def _schema(url: str) -> None:
 class Writer(threading.Thread):
     """Inserts, updates (also of keys), deletes in the given tables until stopped."""
 
-    def __init__(self, url: str, tables: list[str]) -> None:
+    def __init__(self, url: str, tables: list[str], first_id: int = ROWS * 10) -> None:
         super().__init__(daemon=True)
         self.url = url
         self.tables = tables
+        self.first_id = first_id  # above every key the tables start with
         self.halt = threading.Event()
         self.transactions = 0
         self.error: BaseException | None = None
 
     def run(self) -> None:
         rng = random.Random(7)
-        next_id = ROWS * 10
+        next_id = self.first_id
         try:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 while not self.halt.is_set():
