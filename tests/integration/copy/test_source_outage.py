@@ -18,9 +18,10 @@ TABLES = ["public.outage_big", "public.outage_small"]
 UNREACHABLE = "copy failed: the source is unreachable"
 
 
-def _schema(url: str) -> None:
+def create_tables(url: str, sizes: dict[str, int]) -> None:
+    """Tables of the given rows (table → rows), keys 1..rows; analyzed."""
     with psycopg.connect(url, autocommit=True) as conn:
-        for table, rows in zip(TABLES, (10 * ROWS, ROWS), strict=True):
+        for table, rows in sizes.items():
             conn.execute(
                 f"CREATE TABLE {table} (id int PRIMARY KEY, name text, amount numeric(12,2), "
                 "at timestamptz, note text)"
@@ -36,7 +37,7 @@ def test_the_copy_waits_for_a_source_that_went_down_and_copies_again(
     copy_deployment: Deployment, pg_server: ThrowawayPostgres
 ) -> None:
     d = copy_deployment
-    _schema(d.url)
+    create_tables(d.url, {TABLES[0]: 10 * ROWS, TABLES[1]: ROWS})
     d.proc.start()
     wait_until(
         lambda: "copy started" in d.proc.logs() and "public.outage_big" in d.proc.logs(),

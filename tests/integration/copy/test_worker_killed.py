@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.integration.copy.test_initial_copy import ROWS, Writer, _all_ready
+from tests.integration.copy.test_source_outage import create_tables
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
 
@@ -20,20 +21,6 @@ pytestmark = pytest.mark.integration
 
 TABLES = ["public.crashy_big", "public.crashy_small"]
 FAILED = "copy failed in Spark or storage; the table stays pending and is copied again"
-
-
-def _schema(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table, rows in zip(TABLES, (20 * ROWS, ROWS), strict=True):
-            conn.execute(
-                f"CREATE TABLE {table} (id int PRIMARY KEY, name text, amount numeric(12,2), "
-                "at timestamptz, note text)"
-            )
-            conn.execute(
-                f"INSERT INTO {table} SELECT g, 'n' || g, g * 1.5, now(), "
-                f"repeat('x', g % 50) FROM generate_series(1, {rows}) g"
-            )
-        conn.execute("ANALYZE")
 
 
 def _reading(url: str, table: str) -> bool:
@@ -87,7 +74,7 @@ def test_a_copy_whose_worker_was_killed_is_copied_again_in_the_same_process(
     copy_deployment: Deployment,
 ) -> None:
     d = copy_deployment
-    _schema(d.url)
+    create_tables(d.url, {TABLES[0]: 20 * ROWS, TABLES[1]: ROWS})
     d.proc.start()
     assert d.proc.proc is not None
     wait_until(lambda: _reading(d.url, "crashy_big"), 240, "a copy task reading", d.proc)
