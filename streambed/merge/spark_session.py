@@ -113,7 +113,6 @@ def stop_spark() -> None:
         if _session is not None:
             jvm = _jvm_pid(_session)
             _session.stop()
-            spark_sockets.remove()
             if _archive is not None:
                 _archive.build_later(jvm)
             _session = None

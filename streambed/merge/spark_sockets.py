@@ -9,8 +9,8 @@ waits: an empty 2-task Python job takes 55-65 ms instead of 100-110 (docs/initia
 Spark creates its socket files in `spark.python.unix.domain.socket.dir` and removes them
 when it closes them; a driver that is killed leaves them. So each process gets a directory
 of its own in the system's temporary directory, `streambed-spark-<pid namespace>-<pid>-…`,
-removed when Spark stops or the process exits; each start and stop also removes the
-directories of processes of the same pid namespace that no longer run (what a killed
+removed when the process exits; Spark's first start in a process, and the exit, also remove
+the directories of processes of the same pid namespace that no longer run (what a killed
 `streambed run` left). Where the temporary directory's path is too long for a socket's
 name, there is no directory and Spark uses TCP.
 
@@ -58,14 +58,18 @@ def namespace() -> int:
 
 def socket_dir() -> Path | None:
     """This process's socket directory, made on first use in the temporary directory
-    (None: that is too long a path for sockets)."""
+    (None: that is too long a path for sockets). The same path for the process's life: a
+    Spark stopped and started again in the process runs in the same JVM, which keeps the
+    first session's setting."""
     global _current, _registered
     with _lock:
-        if _current is None or not _current.is_dir():
+        if _current is None:
             _current = make_dir(Path(tempfile.gettempdir()))
             if _current is not None and not _registered:
                 atexit.register(remove)
                 _registered = True
+        elif not _current.is_dir():  # removed from outside: made again, same path
+            _current.mkdir(mode=0o700, parents=True, exist_ok=True)
         return _current
 
 
@@ -81,7 +85,7 @@ def make_dir(root: Path) -> Path | None:
 
 
 def remove() -> None:
-    """Remove this process's socket directory (after Spark stopped) and stale ones."""
+    """Remove this process's socket directory (at exit, Spark stopped) and stale ones."""
     global _current
     with _lock:
         if _current is not None:

@@ -1,5 +1,6 @@
 """A local Spark talks to its Python workers over Unix sockets in a directory of the
-process's own, which a clean stop removes and which a killed process's successor sweeps.
+process's own, kept while Spark stops and starts again in the process, removed at exit, and
+swept by the next start when the process was killed.
 
 Each start of Spark in a subprocess is a new Python process (pyspark starts one JVM per
 process) whose temporary directory (`TMPDIR`) is the test's own."""
@@ -31,10 +32,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings(PANDAS_WARNING
 START = """
 import os, sys, time
 from streambed.merge import spark_session
+
+def doubled(spark):
+    return spark.sparkContext.parallelize([1, 2, 3], 1).map(lambda x: x * 2).collect()
+
 spark = spark_session.get_spark("local[1]")
-rows = spark.sparkContext.parallelize([1, 2, 3], 1).map(lambda x: x * 2).collect()
-assert rows == [2, 4, 6], rows
+assert doubled(spark) == [2, 4, 6]
 directory = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.dir")
+if sys.argv[1:] == ["restart"]:  # the same JVM again: it keeps the first session's path
+    spark_session.stop_spark()
+    spark = spark_session.get_spark("local[2]")
+    assert doubled(spark) == [2, 4, 6]
+    assert spark.sparkContext.getConf().get("spark.python.unix.domain.socket.dir") == directory
 print("DIR", directory, spark_session._jvm_pid(spark), flush=True)
 if sys.argv[1:] == ["wait"]:
     time.sleep(600)
@@ -103,7 +112,9 @@ def test_the_session_uses_a_socket_directory_of_this_process(spark: SparkSession
     assert [p for p in directory.iterdir() if p.name.endswith(".sock")]
 
 
-def test_a_killed_drivers_sockets_are_swept_by_the_next_start(short_tmp: Path) -> None:
+def test_a_killed_drivers_sockets_are_swept_by_the_next_start_and_a_restart_works(
+    short_tmp: Path,
+) -> None:
     killed = _start(short_tmp, "wait")
     try:
         directory, jvm = _announced(killed)
@@ -114,7 +125,7 @@ def test_a_killed_drivers_sockets_are_swept_by_the_next_start(short_tmp: Path) -
         assert _gone(jvm), "the JVM outlived its killed driver"
         assert directory.is_dir()  # nothing removes it at the kill
 
-        clean = _start(short_tmp)
+        clean = _start(short_tmp, "restart")
         try:
             following, _ = _announced(clean)
             assert clean.wait(timeout=120) == 0
@@ -123,7 +134,7 @@ def test_a_killed_drivers_sockets_are_swept_by_the_next_start(short_tmp: Path) -
                 os.killpg(clean.pid, signal.SIGKILL)
         assert following != directory
         assert not directory.exists()  # swept at the start
-        assert list(short_tmp.iterdir()) == []  # and the clean stop removed its own
+        assert list(short_tmp.iterdir()) == []  # and its own removed at exit
     finally:
         if killed.poll() is None:
             killed.kill()
