@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +30,11 @@ def _no_class_archive() -> Iterator[None]:
     patch.setattr(spark_session, "_class_archive", lambda *_: None)
     yield
     patch.undo()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory short enough a path for Unix sockets (pytest's may not be)."""
+    path = Path(tempfile.mkdtemp(prefix="sb-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

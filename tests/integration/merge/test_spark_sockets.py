@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -49,14 +47,6 @@ if sys.argv[1:] == ["wait"]:
     time.sleep(600)
 spark_session.stop_spark()
 """
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A temporary directory short enough a path for sockets (pytest's may not be)."""
-    path = Path(tempfile.mkdtemp(prefix="sb-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _start(tmp: Path, *args: str) -> subprocess.Popen[str]:

@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from streambed.merge.spark_sockets import MAX_DIR_CHARS, PREFIX, make_dir, namespace, sweep
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A temporary directory short enough a path for sockets (pytest's may not be)."""
-    path = Path(tempfile.mkdtemp(prefix="sb-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _ended_pid() -> int:
@@ -35,7 +22,7 @@ def test_a_directory_is_named_for_the_process_and_private(short_tmp: Path) -> No
     assert made.name.startswith(f"{PREFIX}{namespace()}-{os.getpid()}-")
     assert made.stat().st_mode & 0o777 == 0o700
     again = make_dir(short_tmp)
-    assert again is not None and again != made  # each Spark start gets a new one
+    assert again is not None and again != made  # each call (socket_dir makes one)
 
 
 def test_a_path_too_long_for_sockets_gives_no_directory(tmp_path: Path) -> None:
