@@ -266,22 +266,15 @@ class CopyManager:
             outcomes, self._outcomes = self._outcomes, []
         restart = False
         again: list[Name] = []  # resync requested while their copy ran: it has ended now
-        for outcome in outcomes:
-            with self._lock:
-                self._holds.pop(outcome.name, None)
-            if outcome.name in self._resync_after:
-                self._resync_after.discard(outcome.name)
-                if not outcome.gone:
-                    again.append(outcome.name)
-            if outcome.gone:
-                self._blocked.discard(outcome.name)
-                continue
-            if outcome.error is not None:
-                continue  # stays blocked and pending; retried at the next start or resync
-            self._blocked.discard(outcome.name)
-            self.lake.load([outcome.name])
-            self._record_watermark(outcome.frontier or 0)
-            restart = True
+        for i, outcome in enumerate(outcomes):
+            try:
+                restart = self._take(outcome, again) or restart
+            except BaseException:
+                # Storage failed (the pipeline retries): this outcome and the ones after it
+                # are taken again at the next step; taking one twice does nothing more.
+                with self._lock:
+                    self._outcomes[:0] = outcomes[i:]
+                raise
         retries = self._due_again(time.monotonic())  # logged there
         requested = again + retries
         for table in self.state.take_resync_requests():
@@ -309,6 +302,26 @@ class CopyManager:
                 log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
             self._submit(tuple(requested), None, self._position)
         return restart
+
+    def _take(self, outcome: Outcome, again: list[Name]) -> bool:
+        """Take one finished copy; True when it committed."""
+        with self._lock:
+            self._holds.pop(outcome.name, None)
+        if outcome.name in self._resync_after:
+            self._resync_after.discard(outcome.name)
+            if not outcome.gone:
+                again.append(outcome.name)
+        if outcome.gone:
+            self._blocked.discard(outcome.name)
+            return False
+        if outcome.error is not None:
+            # Stays blocked and pending: copied again at a resync or the next start, or after
+            # a pause when Spark or storage failed (`_copy_again_at`).
+            return False
+        self._blocked.discard(outcome.name)
+        self.lake.load([outcome.name])
+        self._record_watermark(outcome.frontier or 0)
+        return True
 
     def _due_again(self, now: float) -> list[Name]:
         """Tables whose copy failed in Spark or storage and whose pause is over."""
