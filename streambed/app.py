@@ -66,17 +66,29 @@ def build_pipeline(
         # a running copy manager takes resync requests up within seconds
         resync=state.request_resync if copy else None,
     )
+    reconcile(state, sink)
+    source = PostgresSource(settings, export_snapshot=copy)
+    pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit)
+
+    def recover() -> None:  # after a storage failure, before streaming again
+        sink.reset()
+        reconcile(state, sink)
+
+    pipeline.recover = recover
+    if copy:
+        pipeline.copier = _copier(settings, state, sink, pipeline)
+    return Runtime(settings, state, sink, source, pipeline)
+
+
+def reconcile(state: StateStore, sink: IcebergSink) -> None:
+    """Open the lake tables the state store knows and move its frontiers forward to
+    Iceberg's (Iceberg wins: a crash, or a lost answer, between a commit and its state)."""
     tables = state.tables()
     sink.load((t.schema, t.name) for t in tables)
     locations = sink.metadata_locations()
     for t in tables:
         lake_lsn = sink.frontier(t.schema, t.name)
         state.reconcile(t.schema, t.name, lake_lsn, locations.get((t.schema, t.name)))
-    source = PostgresSource(settings, export_snapshot=copy)
-    pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit)
-    if copy:
-        pipeline.copier = _copier(settings, state, sink, pipeline)
-    return Runtime(settings, state, sink, source, pipeline)
 
 
 def _copier(settings: Settings, state: StateStore, sink: IcebergSink, pipeline: Pipeline) -> Any:

@@ -26,6 +26,13 @@ what the walsender has sent), so the age of the commits read is the measure of b
 behind. A source clock far behind this machine's makes every commit look old; the stretched
 interval still bounds how long changes wait.
 
+A storage failure (`Kind.STORAGE`: the object store or the warehouse failed during a flush)
+is retried as the source's outages are (backoff 0.5 s up to 30 s, forever): everything
+buffered is dropped and the stream is opened again from the slot's confirmed position, as a
+restart would. Nothing past the last flush was acknowledged, so the slot sends it again;
+before streaming again `recover` lets the lake side reload its tables and the state store
+catch up with Iceberg (a commit whose answer was lost may have landed).
+
 Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
 changes are dropped, the stream is acknowledged no further than where they were first
 dropped, and when a copy commits the stream is restarted so the slot sends them again.
@@ -45,7 +52,7 @@ from typing import Literal, Protocol
 from streambed.buffer import ChangeBuffer
 from streambed.changes import TableDelta, TableKey
 from streambed.config import Settings
-from streambed.errors import Kind, SourceError
+from streambed.errors import Kind, SourceError, StreambedError
 from streambed.failpoints import failpoint
 from streambed.log import log
 from streambed.lsn import format_lsn
@@ -129,6 +136,9 @@ class Pipeline:
     on_commit: Callable[[int], None] | None = None
     stats: FlushStats = field(default_factory=FlushStats)
     copier: Copier | None = None
+    recover: Callable[[], None] | None = None
+    """After a storage failure, before streaming again (`streambed.app`: the sink forgets
+    its cached tables and the state store is reconciled with Iceberg)."""
 
     def __post_init__(self) -> None:
         self._stop = False
@@ -137,6 +147,8 @@ class Pipeline:
         self._buffer = self._new_buffer()
         self._last_flush = time.monotonic()
         self._behind = False  # catching up: see "Catching up" in the module doc
+        self._storage = Retrier()  # consecutive storage failures
+        self._recovering = False  # a storage failure: `recover` before streaming again
 
     # ---- control --------------------------------------------------------------------
 
@@ -153,11 +165,16 @@ class Pipeline:
         signal.signal(signal.SIGTERM, handler)
 
     def run(self, *, until: Callable[[], bool] | None = None) -> None:
-        """Stream until stopped; reconnect with backoff when the source goes away."""
+        """Stream until stopped; reconnect with backoff when the source goes away, and
+        read again from the slot when storage fails (see the module doc)."""
         retrier = Retrier()
         prepared = False
         while not self._stop:
+            pause = 0.0
             try:
+                if self._recovering and self.recover is not None:
+                    self.recover()
+                self._recovering = False
                 if not prepared:
                     self.source.prepare()
                     if self.copier is not None:
@@ -179,6 +196,9 @@ class Pipeline:
                 )
                 self._sleep(delay)
                 continue
+            except StreambedError as e:
+                self._sleep(self._storage_failed(e))
+                continue
             retrier.reset()
             try:
                 if not self._stream(stream, until):
@@ -192,10 +212,44 @@ class Pipeline:
                 log(logger, "replication connection lost", logging.WARNING, error=str(e))
                 # Committed changes are durable once flushed; everything not yet committed
                 # will be sent again from the slot's confirmed position.
-                self._flush_while_disconnected()
-                self._buffer.discard_uncommitted()
+                try:
+                    self._flush_while_disconnected()
+                    self._buffer.discard_uncommitted()
+                except StreambedError as failed:
+                    pause = self._storage_failed(failed)
+            except StreambedError as e:
+                pause = self._storage_failed(e)
             finally:
                 stream.close()
+            self._sleep(pause)
+
+    def _storage_failed(self, error: StreambedError) -> float:
+        """A storage failure: drop what is buffered (the slot sends it again) and return
+        how long to wait before streaming again. Any other error is raised again."""
+        if error.kind is not Kind.STORAGE:
+            raise error
+        self._buffer = self._new_buffer()
+        self._frontiers.clear()
+        self._recovering = True
+        if self._stop:
+            log(
+                logger,
+                "stopping with changes not in the lake: storage failed; the slot sends them "
+                "again at the next start",
+                logging.WARNING,
+                error=str(error),
+            )
+            return 0.0
+        delay = self._storage.next_delay()
+        log(
+            logger,
+            "storage failed, retrying",
+            logging.WARNING,
+            error=str(error),
+            attempt=self._storage.attempt,
+            retry_in=f"{delay:.1f}s",
+        )
+        return delay
 
     def _flush_while_disconnected(self) -> None:
         """Flush what is committed; if that needs the (unreachable) source, keep it buffered:
@@ -382,6 +436,9 @@ class Pipeline:
             stream.ack(end_lsn)
             stream.send_status(force=True)
         seconds = time.monotonic() - started
+        if self._storage.attempt:
+            log(logger, "storage is back", failures=self._storage.attempt)
+            self._storage.reset()
         self.stats.flushes += 1
         self.stats.rows += rows
         self.stats.last_seconds = seconds

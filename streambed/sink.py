@@ -14,6 +14,11 @@ with a volatile default: `ResyncNeeded`), the sink asks for the table to be copi
 delta is not written (the copy's snapshot holds it), only its position is committed.
 Without `resync` the error stops the process.
 
+The lake's files are read and written through pyarrow's filesystems and pyiceberg's FileIO,
+which raise OSError when the object store fails; the sink raises it as `StorageError`
+(retried, see `streambed.pipeline`). After a failure `reset` forgets what the sink cached:
+a commit whose answer was lost may have landed, so tables are loaded again.
+
 Parts of a large transaction (`TableDelta.final` False, from `stage`) are written but not
 committed: the sink keeps, per table, the lake files they replaced and the files they
 wrote, plans later parts against that pending view, and commits everything in one
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +39,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from streambed.changes import TableDelta, TableKey
-from streambed.errors import Kind, StreambedError
+from streambed.errors import Kind, StorageError, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
@@ -91,12 +96,23 @@ class IcebergSink:
     def load(self, names: Iterable[tuple[str, str]]) -> None:
         """Open existing lake tables, so watermarks list them before their first change."""
         for name in names:
-            table = self._existing(name)
+            with _storage(f"loading {name[0]}.{name[1]}"):
+                table = self._existing(name)
             if table is not None:
                 self._tables[name] = table
 
+    def reset(self) -> None:
+        """Forget every cached table, layout and uncommitted part, as at start (after a
+        storage failure: the pipeline reads again from the slot). Files of uncommitted parts
+        stay for `streambed sweep`."""
+        self._tables.clear()
+        self._layouts.clear()
+        self._resolved.clear()
+        self._pending.clear()
+
     def frontier(self, schema: str, name: str) -> int | None:
-        table = self._tables.get((schema, name)) or self._existing((schema, name))
+        with _storage(f"reading the frontier of {schema}.{name}"):
+            table = self._tables.get((schema, name)) or self._existing((schema, name))
         return None if table is None else frontier(table)
 
     def metadata_locations(self) -> Mapping[tuple[str, str], str]:
@@ -104,6 +120,10 @@ class IcebergSink:
 
     def stage(self, delta: TableDelta) -> None:
         """Write a part of a large transaction without committing it (`TableDelta.final`)."""
+        with _storage(f"writing part of {_qualified(delta)}"):
+            self._stage(delta)
+
+    def _stage(self, delta: TableDelta) -> None:
         relation = self._resolve(delta.relation)
         name = (relation.namespace, relation.name)
         table = self._table_or_resync(relation, delta.key)
@@ -115,6 +135,11 @@ class IcebergSink:
         logger.debug("staged part of %s: %d files pending", _qualified(delta), len(pending.added))
 
     def apply(self, delta: TableDelta) -> str:
+        """Write and commit the delta; the table's new metadata location."""
+        with _storage(f"applying changes to {_qualified(delta)}"):
+            return self._apply(delta)
+
+    def _apply(self, delta: TableDelta) -> str:
         relation = self._resolve(delta.relation)
         name = (relation.namespace, relation.name)
         table = self._table_or_resync(relation, delta.key)
@@ -284,6 +309,18 @@ class IcebergSink:
             return self.catalog.load_table(name)
         except NoSuchTableError:
             return None
+
+
+@contextlib.contextmanager
+def _storage(what: str) -> Iterator[None]:
+    """OSError from the lake's storage as `StorageError`. A missing file is not an outage
+    (a file the table references is gone): it stays what it is."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise StorageError(f"{what}: {' '.join(str(e).split())}") from e
 
 
 def _lookup_keys(relation: Relation, delta: TableDelta, schema: pa.Schema) -> pa.Table:

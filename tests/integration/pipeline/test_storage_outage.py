@@ -1,0 +1,87 @@
+"""The object store goes away while `streambed run` streams and comes back: the process
+waits, nothing is acknowledged that is not in the lake, and the lake then equals the source."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.proxy import TcpProxy
+from tests.fixtures.s3 import ThrowawayS3
+from tests.integration.pipeline.conftest import Deployment, deployment
+from tests.integration.pipeline.harness import (
+    slot_confirmed,
+    wait_lake_equals_source,
+    wait_until,
+)
+from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
+
+pytestmark = pytest.mark.integration
+
+RETRYING = "storage failed, retrying"
+
+
+@pytest.fixture
+def proxied(
+    pg_db: PgDatabase, tmp_path: Path, s3_server: ThrowawayS3
+) -> Iterator[tuple[Deployment, TcpProxy]]:
+    """A deployment whose S3 endpoint is a proxy in front of the test's SeaweedFS."""
+    host, port = s3_server.endpoint.split("://", 1)[1].rsplit(":", 1)
+    with TcpProxy((host, int(port))) as proxy:
+        d = deployment(pg_db, tmp_path, s3_server, s3_server.new_bucket())
+        d.env["STREAMBED_S3_ENDPOINT"] = f"http://{proxy.address}"
+        d.proc.env["STREAMBED_S3_ENDPOINT"] = f"http://{proxy.address}"
+        try:
+            yield d, proxy
+        finally:
+            d.proc.kill()
+
+
+def test_streaming_waits_out_a_storage_outage(proxied: tuple[Deployment, TcpProxy]) -> None:
+    d, proxy = proxied
+    execute(d.url, SCHEMA)
+    execute(d.url, "INSERT INTO ints SELECT g, 'v1', g, now() FROM generate_series(1, 2000) g")
+    start(d)
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)  # read around the proxy
+    before = wal_position(d.url)  # heartbeats may still be acknowledged, changes not
+
+    proxy.cut()
+    execute(
+        d.url,
+        "UPDATE ints SET name = 'v2' WHERE id % 3 = 0",
+        "BEGIN; DELETE FROM ints WHERE id <= 50; "
+        "INSERT INTO pairs SELECT g % 5, 'b' || g, 'v' FROM generate_series(1, 300) g; COMMIT",
+        "INSERT INTO shop.words SELECT 'w' || g, g, 'n' FROM generate_series(1, 100) g",
+    )
+    wait_until(lambda: d.proc.logs().count(RETRYING) >= 2, 120, "retries", d.proc)
+    # Nothing was acknowledged while no flush could commit.
+    assert confirmed_at_most(d.url, before)
+    assert d.proc.running
+
+    proxy.restore()
+    execute(d.url, "UPDATE ints SET amount = -amount WHERE id > 1900")
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+    assert not confirmed_at_most(d.url, before)
+    assert d.proc.stop() == 0
+    assert "storage is back" in d.proc.logs()
+
+
+def wal_position(url: str) -> str:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def confirmed_at_most(url: str, lsn: str) -> bool:
+    """Whether the slot's confirmed position is at or before `lsn`."""
+    confirmed = slot_confirmed(url)
+    assert confirmed is not None
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT %s::pg_lsn <= %s::pg_lsn", (confirmed, lsn)).fetchone()
+    assert row is not None
+    return bool(row[0])
