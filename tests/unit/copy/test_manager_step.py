@@ -1,0 +1,64 @@
+"""`CopyManager.step` when storage fails while it takes finished copies: nothing is dropped."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+from streambed.config import Settings
+from streambed.copy.manager import CopyManager, Outcome
+from streambed.copy.progress import ProgressBoard
+from streambed.errors import StorageError
+from streambed.state.store import StateStore
+
+A = ("public", "a")
+B = ("public", "b")
+
+
+class FlakyLake:
+    """The sink's side the manager uses; `load` fails `failures` times first."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.loaded: list[tuple[str, str]] = []
+
+    def load(self, names: Iterable[tuple[str, str]]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise StorageError("loading public.a: the object store is down")
+        self.loaded.extend(names)
+
+    def metadata_locations(self) -> Mapping[tuple[str, str], str]:
+        return {}
+
+
+def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> None:
+    url = "postgresql://localhost/db"
+    settings = Settings.from_env({"STREAMBED_SOURCE_URL": url, "STREAMBED_DATA_DIR": str(tmp_path)})
+    lake = FlakyLake(failures=1)
+    manager = CopyManager(
+        settings,
+        StateStore(tmp_path / "state.db"),
+        lake,
+        None,  # type: ignore[arg-type]  # no copy runs here
+        lambda: None,  # type: ignore[arg-type, return-value]
+        {},
+        progress=ProgressBoard(url, out=io.StringIO()),
+    )
+    manager._blocked = {A, B}
+    manager._holds = {A: 100, B: 100}
+    manager._outcomes = [Outcome(A, frontier=200), Outcome(B, frontier=200)]
+
+    with pytest.raises(StorageError):
+        manager.step()
+    assert manager.due(0.0)  # both copies are still to be taken
+    assert manager.blocked(*B)
+
+    assert manager.step() is True  # committed copies: the stream restarts
+    assert lake.loaded == [A, B]
+    assert not manager.blocked(*A) and not manager.blocked(*B)
+    assert manager.ack_limit() is None  # no hold left
+    assert manager._outcomes == []
