@@ -24,6 +24,7 @@ from streambed.pgoutput.messages import Begin, Commit, Insert, Message, Relation
 from streambed.pipeline import Pipeline
 from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.stream import Batch, pg_now
+from tests.unit.core.test_pipeline_catch_up import FakeState
 
 RELATION = Relation(
     16385, "public", "t", "d", (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1))
@@ -123,17 +124,6 @@ class FailingSink:
 
     def recover(self) -> None:
         self.recovered += 1
-
-
-class FakeState:
-    def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None:
-        pass
-
-    def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None:
-        pass
-
-    def register(self, schema: str, name: str, relation_id: int, status: str) -> object:
-        return None
 
 
 def pipeline_for(tmp_path: Path, slot: FakeSlot, sink: FailingSink) -> Pipeline:
