@@ -59,7 +59,7 @@ from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
-from streambed.errors import Kind, SourceError, StreambedError
+from streambed.errors import Kind, SourceError, StorageError, StreambedError
 from streambed.failpoints import reached
 from streambed.lake.types import with_base_types
 from streambed.log import log
@@ -379,7 +379,7 @@ class CopyManager:
             try:
                 self._copy_batch(batch)
             except Exception as e:  # never let the copy thread die silently
-                error = e if isinstance(e, StreambedError) else StreambedError(f"copy failed: {e}")
+                error = copy_error(e)
                 logger.exception("copy failed")
                 self._finish_all(batch.names, error)
             if not self._pause_for_waiting():
@@ -527,8 +527,17 @@ class CopyManager:
                 reader=self.settings.copy_reader,
             )
         except Exception as e:
-            error = e if isinstance(e, StreambedError) else StreambedError(str(e))
-            discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
+            error = copy_error(e)
+            try:
+                discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
+            except (OSError, StreambedError) as cleanup:  # storage down: the sweep removes them
+                log(
+                    logger,
+                    "cannot remove the failed copy's files now; `streambed sweep` will",
+                    logging.WARNING,
+                    table=info.qualified,
+                    error=" ".join(str(cleanup).split()),
+                )
             self.progress.finish(info.qualified, None, failed=True)
             if isinstance(error, SnapshotExpired | CopyInterrupted):
                 self._copy_again(name, error, again)
@@ -650,6 +659,18 @@ class CopyManager:
     def _finish_all(self, names: tuple[Name, ...], error: StreambedError) -> None:
         for name in names:
             self._fail(name, error)
+
+
+def copy_error(error: Exception) -> StreambedError:
+    """What a copy failed with, as a StreambedError: the lake's OSErrors (pyiceberg's
+    FileIO and pyarrow's filesystems raise them when the object store fails) are storage
+    failures, copied again after a pause; a missing file is not an outage."""
+    if isinstance(error, StreambedError):
+        return error
+    text = " ".join(str(error).split())
+    if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
+        return StorageError(f"the lake's storage failed: {text}")
+    return StreambedError(text)
 
 
 def _anchor_lost(qualified: str, error: psycopg.Error) -> SnapshotExpired:

@@ -12,6 +12,7 @@ import pytest
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.proxy import TcpProxy
 from tests.fixtures.s3 import ThrowawayS3
+from tests.integration.copy.test_resync import _resync as resync
 from tests.integration.pipeline.conftest import Deployment, deployment
 from tests.integration.pipeline.harness import (
     slot_confirmed,
@@ -23,6 +24,7 @@ from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute,
 pytestmark = pytest.mark.integration
 
 RETRYING = "storage failed, retrying"
+COPY_RETRY = "copy failed in Spark or storage"
 
 
 @pytest.fixture
@@ -85,3 +87,43 @@ def confirmed_at_most(url: str, lsn: str) -> bool:
         row = conn.execute("SELECT %s::pg_lsn <= %s::pg_lsn", (confirmed, lsn)).fetchone()
     assert row is not None
     return bool(row[0])
+
+
+def test_a_table_copy_and_the_stream_wait_out_a_storage_outage(
+    proxied: tuple[Deployment, TcpProxy],
+) -> None:
+    """The store goes away while one table is being copied again (`streambed resync`) and
+    another streams: the copy is made again and the flushes retried, in the same process."""
+    d, proxy = proxied
+    execute(
+        d.url,
+        "CREATE TABLE small (id int PRIMARY KEY, v text)",
+        "INSERT INTO small SELECT g, 'v1' FROM generate_series(1, 100) g",
+        "CREATE TABLE big (id int PRIMARY KEY, pad text)",
+        "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 1000000) g",
+    )
+    tables = ["public.small", "public.big"]
+    start(d)
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc)
+    resync(d, "public.big")
+    copying = "copy started table=public.big"
+    wait_until(lambda: d.proc.logs().count(copying) == 2, 60, "the copy again", d.proc)
+    proxy.cut()  # the copy's tasks are reading and writing now
+    execute(
+        d.url,
+        "UPDATE small SET v = 'v2' WHERE id % 2 = 0",
+        "DELETE FROM small WHERE id > 90",
+        "UPDATE big SET pad = 'changed' WHERE id % 1000 = 0",
+        "DELETE FROM big WHERE id <= 10",
+    )
+    wait_until(
+        lambda: COPY_RETRY in d.proc.logs() and RETRYING in d.proc.logs(),
+        180,
+        "the copy and a flush to fail",
+        d.proc,
+    )
+    proxy.restore()
+    execute(d.url, "INSERT INTO small VALUES (1000, 'after')")
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc, 300)
+    assert d.proc.running
+    assert d.proc.stop() == 0

@@ -1,4 +1,5 @@
-"""`CopyManager.step` when storage fails while it takes finished copies: nothing is dropped."""
+"""`CopyManager` and storage failures: finished copies are not dropped, and what a copy
+failed with says whether it is copied again after a pause."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from streambed.config import Settings
-from streambed.copy.manager import CopyManager, Outcome
+from streambed.copy.manager import CopyManager, Outcome, copy_error
 from streambed.copy.progress import ProgressBoard
-from streambed.errors import StorageError
+from streambed.errors import Kind, StorageError
 from streambed.state.store import StateStore
 
 A = ("public", "a")
@@ -62,3 +63,19 @@ def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> Non
     assert not manager.blocked(*A) and not manager.blocked(*B)
     assert manager.ack_limit() is None  # no hold left
     assert manager._outcomes == []
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (OSError("AWS Error NETWORK_CONNECTION during PutObject operation"), Kind.STORAGE),
+        (ConnectionResetError("reset by peer"), Kind.STORAGE),
+        (FileNotFoundError("a data file is gone"), Kind.INTERNAL),
+        (ValueError("a bug"), Kind.INTERNAL),
+        (StorageError("already typed"), Kind.STORAGE),
+    ],
+)
+def test_copy_errors_from_the_lake_are_storage_failures(error: Exception, kind: Kind) -> None:
+    converted = copy_error(error)
+    assert converted.kind is kind
+    assert " ".join(str(error).split()) in str(converted)
