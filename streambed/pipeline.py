@@ -203,9 +203,7 @@ class Pipeline:
             try:
                 if not self._stream(stream, until):
                     return
-                # A copy committed: read again from the slot's position (see the module doc).
-                self._buffer = self._new_buffer()
-                self._frontiers.clear()
+                self._read_again()  # a copy committed (see the module doc)
             except SourceError as e:
                 if e.kind is not Kind.SOURCE_UNREACHABLE:
                     raise
@@ -228,8 +226,7 @@ class Pipeline:
         how long to wait before streaming again. Any other error is raised again."""
         if error.kind is not Kind.STORAGE:
             raise error
-        self._buffer = self._new_buffer()
-        self._frontiers.clear()
+        self._read_again()
         self._recovering = True
         if self._stop:
             log(
@@ -250,6 +247,12 @@ class Pipeline:
             retry_in=f"{delay:.1f}s",
         )
         return delay
+
+    def _read_again(self) -> None:
+        """Forget what is buffered and the frontiers looked up: the next stream reads again
+        from the slot's confirmed position."""
+        self._buffer = self._new_buffer()
+        self._frontiers.clear()
 
     def _flush_while_disconnected(self) -> None:
         """Flush what is committed; if that needs the (unreachable) source, keep it buffered:

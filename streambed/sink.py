@@ -39,14 +39,14 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from streambed.changes import TableDelta, TableKey
-from streambed.errors import Kind, StorageError, StreambedError
+from streambed.errors import Kind, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.files import FileInfo, data_files, file_info, write_parquet
 from streambed.lake.source_catalog import SourceCatalog
-from streambed.lake.storage import resolve
+from streambed.lake.storage import resolve, storage_error
 from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, key_columns
 from streambed.lake.types import with_base_types
 from streambed.merge.executor import SparkMerger
@@ -313,14 +313,14 @@ class IcebergSink:
 
 @contextlib.contextmanager
 def _storage(what: str) -> Iterator[None]:
-    """OSError from the lake's storage as `StorageError`. A missing file is not an outage
-    (a file the table references is gone): it stays what it is."""
+    """OSError from the lake's storage as `StorageError` (`storage.storage_error`)."""
     try:
         yield
-    except FileNotFoundError:
-        raise
     except OSError as e:
-        raise StorageError(f"{what}: {' '.join(str(e).split())}") from e
+        failed = storage_error(e, what)
+        if failed is None:
+            raise
+        raise failed from e
 
 
 def _lookup_keys(relation: Relation, delta: TableDelta, schema: pa.Schema) -> pa.Table:

@@ -59,8 +59,9 @@ from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
-from streambed.errors import Kind, SourceError, StorageError, StreambedError
+from streambed.errors import Kind, SourceError, StreambedError
 from streambed.failpoints import reached
+from streambed.lake.storage import storage_error
 from streambed.lake.types import with_base_types
 from streambed.log import log
 from streambed.lsn import format_lsn
@@ -662,15 +663,12 @@ class CopyManager:
 
 
 def copy_error(error: Exception) -> StreambedError:
-    """What a copy failed with, as a StreambedError: the lake's OSErrors (pyiceberg's
-    FileIO and pyarrow's filesystems raise them when the object store fails) are storage
-    failures, copied again after a pause; a missing file is not an outage."""
+    """What a copy failed with, as a StreambedError: the lake's OSErrors are storage
+    failures (`storage.storage_error`), copied again after a pause."""
     if isinstance(error, StreambedError):
         return error
-    text = " ".join(str(error).split())
-    if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
-        return StorageError(f"the lake's storage failed: {text}")
-    return StreambedError(text)
+    failed = storage_error(error, "the lake's storage failed")
+    return failed if failed is not None else StreambedError(" ".join(str(error).split()))
 
 
 def _anchor_lost(qualified: str, error: psycopg.Error) -> SnapshotExpired:

@@ -19,6 +19,19 @@ from streambed.errors import StorageError
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+
+def storage_error(error: BaseException, what: str) -> StorageError | None:
+    """`error` as a storage failure (retried), when it is one: an OSError of the lake's
+    files (pyiceberg's FileIO and pyarrow's filesystems raise them when the object store
+    or the warehouse fails). A missing file is not an outage (a file the table references
+    is gone): None, as for anything else."""
+    if isinstance(error, StorageError):
+        return error
+    if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
+        return StorageError(f"{what}: {' '.join(str(error).split())}")
+    return None
+
+
 # pyiceberg FileIO property names (pyiceberg.io); also what `filesystem_from_properties` reads.
 S3_ENDPOINT = "s3.endpoint"
 S3_ACCESS_KEY_ID = "s3.access-key-id"
