@@ -19,6 +19,7 @@ class Kind(enum.Enum):
     DECODE = "decode"  # malformed pgoutput bytes
     PROTOCOL = "protocol"  # the server sent something out of order
     STORAGE = "storage"  # object store or warehouse I/O failed
+    STORAGE_AUTH = "storage_auth"  # the object store refused the credentials or rights
     COMMIT_CONFLICT = "commit_conflict"  # someone else changed the Iceberg table
     STATE = "state"  # the local state store disagrees in a way we cannot fix
     INTERNAL = "internal"
@@ -39,6 +40,7 @@ _POLICY = {
     Kind.DECODE: Policy.FATAL,
     Kind.PROTOCOL: Policy.FATAL,
     Kind.STORAGE: Policy.RETRY,
+    Kind.STORAGE_AUTH: Policy.MANUAL,
     Kind.COMMIT_CONFLICT: Policy.MANUAL,
     Kind.STATE: Policy.MANUAL,
     Kind.INTERNAL: Policy.FATAL,

@@ -31,7 +31,8 @@ is retried as the source's outages are (backoff 0.5 s up to 30 s, forever): ever
 buffered is dropped and the stream is opened again from the slot's confirmed position, as a
 restart would. Nothing past the last flush was acknowledged, so the slot sends it again;
 before streaming again `recover` lets the lake side reload its tables and the state store
-catch up with Iceberg (a commit whose answer was lost may have landed).
+catch up with Iceberg (a commit whose answer was lost may have landed). A store that refuses
+the credentials or the access (`Kind.STORAGE_AUTH`) is not retried: the process stops.
 
 Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
 changes are dropped, the stream is acknowledged no further than where they were first

@@ -16,7 +16,8 @@ Without `resync` the error stops the process.
 
 The lake's files are read and written through pyarrow's filesystems and pyiceberg's FileIO,
 which raise OSError when the object store fails; the sink raises it as `StorageError`
-(retried, see `streambed.pipeline`). After a failure `reset` forgets what the sink cached:
+(retried, see `streambed.pipeline`; one that refuses the credentials or the access stops
+the process, `storage.storage_error`). After a failure `reset` forgets what the sink cached:
 a commit whose answer was lost may have landed, so tables are loaded again.
 
 Parts of a large transaction (`TableDelta.final` False, from `stage`) are written but not

@@ -27,6 +27,9 @@ The rules the pipeline follows through this class:
   object store error) leaves the table `pending` and blocked, releases its hold, and is
   copied again under a new snapshot after a backoff (1 s doubling up to
   `STORAGE_RETRY_MAX_SECONDS`), as `streambed resync` would, for as long as the process runs.
+- A copy the object store refuses (`Kind.STORAGE_AUTH`: credentials revoked or rotated, the
+  key no longer allowed to write) stops the process at the next `step`, as a flush refused
+  the same way does: retrying cannot fix it. The table stays `pending`.
 - Any other failed copy (table dropped, no SELECT permission) leaves the table `pending`
   and blocked, releases its hold, and is retried at the next start or by `streambed
   resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
@@ -184,7 +187,13 @@ class CopyManager:
                 slot = setup.slot_position(conn, self.settings.slot)
                 position = slot.confirmed_flush_lsn or 0 if slot is not None else 0
             self._position = position
-            self._recover()
+            try:
+                self._recover()
+            except OSError as e:  # the lake's storage: retried, or stops if it refuses
+                failed = storage_error(e, "cannot recover interrupted copies")
+                if failed is None:
+                    raise
+                raise failed from e
             published = setup.publication_tables(
                 conn,
                 self.settings.publication,
@@ -316,6 +325,8 @@ class CopyManager:
             self._blocked.discard(outcome.name)
             return False
         if outcome.error is not None:
+            if outcome.error.kind is Kind.STORAGE_AUTH:
+                raise outcome.error  # the lake cannot be written: the process stops
             # Stays blocked and pending: copied again at a resync or the next start, or after
             # a pause when Spark or storage failed (`_copy_again_at`).
             return False
@@ -645,6 +656,17 @@ class CopyManager:
                 failures=failures + 1,
                 retry_in=f"{delay:.1f}s",
             )
+            return
+        if error.kind is Kind.STORAGE_AUTH:  # `step` raises it: the process stops
+            log(
+                logger,
+                "copy failed: the lake's storage refused streambed; stopping",
+                logging.ERROR,
+                table=f"{name[0]}.{name[1]}",
+                error=str(error),
+            )
+            with self._lock:
+                self._outcomes.append(Outcome(name, error=error))
             return
         log(
             logger,

@@ -8,28 +8,73 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
 from streambed.config import Settings
-from streambed.errors import StorageError
+from streambed.errors import Kind, StorageError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
+REFUSALS: Final = (
+    "ACCESS_DENIED",  # pyarrow's S3 errors: "AWS Error ACCESS_DENIED during PutObject ..."
+    "SIGNATURE_DOES_NOT_MATCH",
+    "INVALID_ACCESS_KEY_ID",
+    "REQUEST_TIME_TOO_SKEWED",
+    "EXPIRED_TOKEN",
+    "HTTP status 403",
+    "AccessDenied",  # S3 error codes, as boto3 and Spark's S3A report them
+    "SignatureDoesNotMatch",
+    "InvalidAccessKeyId",
+    "RequestTimeTooSkewed",
+    "ExpiredToken",
+    "Status Code: 403",
+)
+"""How an object store says no to the credentials or to what they may do (an HTTP 403)."""
+
+
+def refused(text: str) -> bool:
+    """Whether an error's text is the object store refusing the credentials or the access."""
+    return any(mark in text for mark in REFUSALS)
+
+
+def refusal(text: str) -> str | None:
+    """The line of an error's text (Spark's, many lines long) in which the object store
+    refuses the credentials or the access; None when it does not."""
+    for line in text.splitlines():
+        if refused(line):
+            return line.strip()[:500]
+    return None
+
+
 def storage_error(error: BaseException, what: str) -> StorageError | None:
-    """`error` as a storage failure (retried), when it is one: an OSError of the lake's
-    files (pyiceberg's FileIO and pyarrow's filesystems raise them when the object store
-    or the warehouse fails). A missing file is not an outage (a file the table references
-    is gone): None, as for anything else."""
+    """`error` as a storage failure, when it is one: an OSError of the lake's files
+    (pyiceberg's FileIO and pyarrow's filesystems raise them when the object store or the
+    warehouse fails), retried; or, when the store refused the credentials or the access
+    (`refused`, a local `PermissionError`), `Kind.STORAGE_AUTH`, which stops the process:
+    retrying cannot fix it, and the slot keeps what was not committed. A missing file is not
+    an outage (a file the table references is gone): None, as for anything else."""
     if isinstance(error, StorageError):
         return error
     if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):
-        return StorageError(f"{what}: {' '.join(str(error).split())}")
+        text = " ".join(str(error).split())
+        if isinstance(error, PermissionError) or refused(text):
+            return StorageError(f"{what}: {text}; {REFUSED_FIX}", kind=Kind.STORAGE_AUTH)
+        return StorageError(f"{what}: {text}")
     return None
+
+
+REFUSED_FIX: Final = (
+    "the lake's storage refused streambed's credentials or access: check "
+    "STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY, that they may read, "
+    "write, list and delete in the bucket (for a local warehouse, that the directory is "
+    "writable) and this machine's clock, then start streambed again (nothing after the last "
+    "commit was acknowledged: the slot sends it again)"
+)
 
 
 # pyiceberg FileIO property names (pyiceberg.io); also what `filesystem_from_properties` reads.
@@ -155,7 +200,8 @@ def ensure_bucket(settings: Settings) -> None:
         if code in ("403", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId"):
             raise StorageError(
                 f"S3 at {where} refused the credentials for bucket {bucket!r} ({code}); check "
-                "STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY"
+                "STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY",
+                kind=Kind.STORAGE_AUTH,
             ) from e
         if code not in ("404", "NoSuchBucket", "NotFound"):
             raise StorageError(f"S3 at {where}: cannot check bucket {bucket!r}: {e}") from e

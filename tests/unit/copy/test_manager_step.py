@@ -36,11 +36,10 @@ class FlakyLake:
         return {}
 
 
-def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> None:
+def manager_for(tmp_path: Path, lake: FlakyLake) -> CopyManager:
     url = "postgresql://localhost/db"
     settings = Settings.from_env({"STREAMBED_SOURCE_URL": url, "STREAMBED_DATA_DIR": str(tmp_path)})
-    lake = FlakyLake(failures=1)
-    manager = CopyManager(
+    return CopyManager(
         settings,
         StateStore(tmp_path / "state.db"),
         lake,
@@ -49,6 +48,11 @@ def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> Non
         {},
         progress=ProgressBoard(url, out=io.StringIO()),
     )
+
+
+def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> None:
+    lake = FlakyLake(failures=1)
+    manager = manager_for(tmp_path, lake)
     manager._blocked = {A, B}
     manager._holds = {A: 100, B: 100}
     manager._outcomes = [Outcome(A, frontier=200), Outcome(B, frontier=200)]
@@ -65,10 +69,32 @@ def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> Non
     assert manager._outcomes == []
 
 
+def test_a_copy_the_store_refused_stops_the_process(tmp_path: Path) -> None:
+    """Another failed copy leaves its table pending; one the object store refused ends the
+    pipeline (raised by `step`), which no pause would fix."""
+    lake = FlakyLake(failures=0)
+    manager = manager_for(tmp_path, lake)
+    manager._blocked = {A, B}
+    refused = StorageError("AWS Error ACCESS_DENIED", kind=Kind.STORAGE_AUTH)
+    manager._fail(A, StorageError("the table is gone", kind=Kind.SOURCE_SETUP))
+    assert manager.step() is False
+    assert manager.blocked(*A)
+
+    manager._fail(B, refused)
+    assert manager.due(0.0)
+    with pytest.raises(StorageError) as raised:
+        manager.step()
+    assert raised.value is refused
+    assert manager.blocked(*B)
+    assert lake.loaded == []
+
+
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
         (OSError("AWS Error NETWORK_CONNECTION during PutObject operation"), Kind.STORAGE),
+        (OSError("AWS Error ACCESS_DENIED during PutObject operation"), Kind.STORAGE_AUTH),
+        (PermissionError(13, "Permission denied"), Kind.STORAGE_AUTH),
         (ConnectionResetError("reset by peer"), Kind.STORAGE),
         (FileNotFoundError("a data file is gone"), Kind.INTERNAL),
         (ValueError("a bug"), Kind.INTERNAL),

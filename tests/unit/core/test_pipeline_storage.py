@@ -157,13 +157,16 @@ def test_storage_failures_lose_and_double_nothing(
     assert slot.opened == failures + 1
 
 
-def test_other_errors_still_stop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", [Kind.INTERNAL, Kind.STORAGE_AUTH])
+def test_other_errors_still_stop(tmp_path: Path, kind: Kind) -> None:
+    """A bug stops the process, and so does a store that refuses the credentials or the
+    access (`Kind.STORAGE_AUTH`): waiting cannot fix it."""
     slot = FakeSlot(3)
-    sink = FailingSink(slot, 1, kind=Kind.INTERNAL)
+    sink = FailingSink(slot, 1, kind=kind)
     pipeline = pipeline_for(tmp_path, slot, sink)
     with pytest.raises(StreambedError, match="object store is down") as raised:
         pipeline.run(until=lambda: slot.acked > 0)
-    assert raised.value.kind is Kind.INTERNAL
+    assert raised.value.kind is kind
     assert slot.acked == 0
     assert sink.recovered == 0
 
