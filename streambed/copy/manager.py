@@ -657,20 +657,11 @@ class CopyManager:
                 retry_in=f"{delay:.1f}s",
             )
             return
-        if error.kind is Kind.STORAGE_AUTH:  # `step` raises it: the process stops
-            log(
-                logger,
-                "copy failed: the lake's storage refused streambed; stopping",
-                logging.ERROR,
-                table=f"{name[0]}.{name[1]}",
-                error=str(error),
-            )
-            with self._lock:
-                self._outcomes.append(Outcome(name, error=error))
-            return
         log(
             logger,
-            "copy failed; the table stays pending (retried at the next start or by "
+            "copy failed: the lake's storage refused streambed; stopping"  # `step` raises it
+            if error.kind is Kind.STORAGE_AUTH
+            else "copy failed; the table stays pending (retried at the next start or by "
             "`streambed resync`)",
             logging.ERROR,
             table=f"{name[0]}.{name[1]}",

@@ -95,16 +95,7 @@ def test_a_table_copy_and_the_stream_wait_out_a_storage_outage(
     """The store goes away while one table is being copied again (`streambed resync`) and
     another streams: the copy is made again and the flushes retried, in the same process."""
     d, proxy = proxied
-    execute(
-        d.url,
-        "CREATE TABLE small (id int PRIMARY KEY, v text)",
-        "INSERT INTO small SELECT g, 'v1' FROM generate_series(1, 100) g",
-        "CREATE TABLE big (id int PRIMARY KEY, pad text)",
-        "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 1000000) g",
-    )
-    tables = ["public.small", "public.big"]
-    start(d)
-    wait_lake_equals_source(d.settings, d.url, tables, d.proc)
+    tables = small_and_big(d, 1_000_000)
     resync(d, "public.big")
     copying = "copy started table=public.big"
     wait_until(lambda: d.proc.logs().count(copying) == 2, 60, "the copy again", d.proc)
@@ -127,3 +118,18 @@ def test_a_table_copy_and_the_stream_wait_out_a_storage_outage(
     wait_lake_equals_source(d.settings, d.url, tables, d.proc, 300)
     assert d.proc.running
     assert d.proc.stop() == 0
+
+
+def small_and_big(d: Deployment, rows: int) -> list[str]:
+    """Tables `small` (100 rows) and `big` (`rows`), copied by a first start: their names."""
+    execute(
+        d.url,
+        "CREATE TABLE small (id int PRIMARY KEY, v text)",
+        "INSERT INTO small SELECT g, 'v1' FROM generate_series(1, 100) g",
+        "CREATE TABLE big (id int PRIMARY KEY, pad text)",
+        f"INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, {rows}) g",
+    )
+    tables = ["public.small", "public.big"]
+    start(d)
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc)
+    return tables

@@ -16,7 +16,11 @@ from tests.integration.copy.test_resync import _resync as resync
 from tests.integration.pipeline.conftest import Deployment, deployment
 from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
 from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
-from tests.integration.pipeline.test_storage_outage import confirmed_at_most, wal_position
+from tests.integration.pipeline.test_storage_outage import (
+    confirmed_at_most,
+    small_and_big,
+    wal_position,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,16 +75,7 @@ def test_a_copy_the_store_refuses_stops_the_process(
     """Nothing streams (no flush would fail): the copy's own failure stops the process."""
     d, server = own_store
     bucket = d.env["STREAMBED_S3_BUCKET"]
-    execute(
-        d.url,
-        "CREATE TABLE small (id int PRIMARY KEY, v text)",
-        "INSERT INTO small SELECT g, 'v1' FROM generate_series(1, 100) g",
-        "CREATE TABLE big (id int PRIMARY KEY, pad text)",
-        "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 200000) g",
-    )
-    tables = ["public.small", "public.big"]
-    start(d)
-    wait_lake_equals_source(d.settings, d.url, tables, d.proc)
+    tables = small_and_big(d, 200_000)
 
     server.allow(READ_ONLY, bucket)
     resync(d, "public.big")
