@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from streambed.config import Settings
-from streambed.lake.catalog import open_catalog
+from streambed.lake.catalog import is_rest, open_catalog
 from streambed.lake.source_catalog import PostgresCatalog
+from streambed.lake.storage import check_writable
 from streambed.lsn import format_lsn
 from streambed.pipeline import Pipeline
 from streambed.sink import IcebergSink
@@ -58,8 +59,11 @@ def build_pipeline(
     `copy`, tables that are not ready are copied (`streambed.copy`) before they stream."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     state = StateStore(settings.state_path)
+    catalog = open_catalog(settings)
+    if not is_rest(settings.catalog_url):  # a REST catalog chooses the tables' locations
+        check_writable(settings)
     sink = IcebergSink(
-        open_catalog(settings),
+        catalog,
         _merger(settings),
         source=PostgresCatalog(settings.source_url),
         on_incompatible="rewrite" if settings.on_incompatible_schema == "rewrite" else "stop",

@@ -21,7 +21,7 @@ def catalog_properties(settings: Settings) -> dict[str, str]:
     """The pyiceberg catalog properties for these settings (secrets included: never log)."""
     props = {"uri": settings.catalog_url, "warehouse": settings.warehouse_uri}
     props.update(fileio_properties(settings))
-    if _is_rest(settings.catalog_url) and settings.catalog_token:
+    if is_rest(settings.catalog_url) and settings.catalog_token:
         props["token"] = settings.catalog_token
     return props
 
@@ -30,7 +30,7 @@ def open_catalog(settings: Settings) -> Catalog:
     """Open (and for the embedded catalog, create) the catalog and the warehouse."""
     url = settings.catalog_url
     props = catalog_properties(settings)
-    if _is_rest(url):
+    if is_rest(url):
         try:
             return RestCatalog(settings.catalog_name, **props)
         except Exception as e:
@@ -56,5 +56,6 @@ def open_catalog(settings: Settings) -> Catalog:
     return SqlCatalog(settings.catalog_name, **props)
 
 
-def _is_rest(url: str) -> bool:
+def is_rest(url: str) -> bool:
+    """Whether `url` (STREAMBED_CATALOG_URI) is an Iceberg REST catalog's."""
     return urlsplit(url).scheme in ("http", "https")

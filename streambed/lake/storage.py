@@ -155,6 +155,65 @@ def ensure_warehouse(settings: Settings) -> None:
         ) from e
 
 
+WRITE_CHECK: Final = ".streambed-write-check"
+"""The empty object (or file) `check_writable` writes and deletes at the warehouse's root."""
+REFUSED_CODES: Final = frozenset(
+    {"403", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "RequestTimeTooSkewed"}
+)
+
+
+def check_writable(settings: Settings) -> None:
+    """Write and delete `WRITE_CHECK` at the warehouse's root: a key (or a directory) that
+    may read but not write or delete stops `streambed run` at start with the fix, not at
+    the first flush or copy, which on a quiet source may come hours later. Raises
+    StorageError, `Kind.STORAGE_AUTH` when the store refuses."""
+    scheme, path = split_uri(settings.warehouse_uri)
+    if scheme == "s3":
+        _check_bucket_writable(settings, path)
+        return
+    check = Path(path) / WRITE_CHECK
+    try:
+        check.write_bytes(b"")
+        check.unlink()
+    except OSError as e:
+        raise StorageError(
+            f"cannot write to the warehouse directory {path}: {e}; make it writable for "
+            "streambed, or set STREAMBED_WAREHOUSE or STREAMBED_DATA_DIR to a writable "
+            "directory",
+            kind=Kind.STORAGE_AUTH if isinstance(e, PermissionError) else Kind.STORAGE,
+        ) from e
+
+
+def _check_bucket_writable(settings: Settings, path: str) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, prefix = path.partition("/")
+    key = f"{prefix}/{WRITE_CHECK}" if prefix else WRITE_CHECK
+    where = settings.s3_endpoint or "AWS S3"
+    client = _client(settings)
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=b"")
+        client.delete_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        refused = code in REFUSED_CODES
+        raise StorageError(
+            f"S3 at {where} did not let streambed write and delete s3://{bucket}/{key} "
+            f"({code or e}): "
+            + (
+                "give the key of STREAMBED_S3_ACCESS_KEY_ID the right to read, write, list "
+                "and delete in the bucket (and check this machine's clock)"
+                if refused
+                else "check STREAMBED_S3_ENDPOINT and the bucket"
+            ),
+            kind=Kind.STORAGE_AUTH if refused else Kind.STORAGE,
+        ) from e
+    except BotoCoreError as e:
+        raise StorageError(
+            f"cannot write to S3 at {where}: {e}; check STREAMBED_S3_ENDPOINT"
+        ) from e
+
+
 def _client(settings: Settings) -> S3Client:
     import boto3
     from botocore.config import Config
@@ -197,7 +256,7 @@ def ensure_bucket(settings: Settings) -> None:
         return
     except ClientError as e:
         code = str(e.response.get("Error", {}).get("Code", ""))
-        if code in ("403", "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId"):
+        if code in REFUSED_CODES:
             raise StorageError(
                 f"S3 at {where} refused the credentials for bucket {bucket!r} ({code}); check "
                 "STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY",

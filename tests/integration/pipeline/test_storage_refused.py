@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from streambed.lake.storage import WRITE_CHECK
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.s3 import ALL_ACTIONS, ThrowawayS3
 from tests.integration.copy.test_resync import _resync as resync
 from tests.integration.pipeline.conftest import Deployment, deployment
-from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+from tests.integration.pipeline.harness import slot_exists, wait_lake_equals_source, wait_until
 from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
 from tests.integration.pipeline.test_storage_outage import (
     confirmed_at_most,
@@ -37,6 +38,29 @@ def own_store(pg_db: PgDatabase, tmp_path: Path) -> Iterator[tuple[Deployment, T
             yield d, server
         finally:
             d.proc.kill()
+
+
+def test_a_key_that_may_not_write_stops_the_start(
+    own_store: tuple[Deployment, ThrowawayS3],
+) -> None:
+    """A read-only key is found at start (`storage.check_writable`), before a slot pins WAL,
+    not at the first write, which on a quiet source may come hours later."""
+    d, server = own_store
+    bucket = d.env["STREAMBED_S3_BUCKET"]
+    execute(d.url, SCHEMA)
+    server.allow(READ_ONLY, bucket)
+    d.proc.start()
+    assert d.proc.wait(120) == 3
+    logs = d.proc.logs()
+    assert "did not let streambed write and delete" in logs and "AccessDenied" in logs
+    assert not slot_exists(d.url)
+
+    server.allow(ALL_ACTIONS, bucket)
+    start(d)
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+    keys = [o["Key"] for o in server.client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert not [k for k in keys if k.endswith(WRITE_CHECK)]
+    assert d.proc.stop() == 0
 
 
 def test_streaming_stops_when_the_store_refuses_writes(

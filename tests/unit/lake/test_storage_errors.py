@@ -5,11 +5,14 @@ answered a wrong secret, an unknown key and a read-only key."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from streambed.config import Settings
 from streambed.copy.job import _failure
 from streambed.errors import Kind, Policy, StorageError, StreambedError
-from streambed.lake.storage import refusal, storage_error
+from streambed.lake.storage import check_writable, refusal, storage_error
 from streambed.merge.executor import _classify
 
 DENIED = (
@@ -113,3 +116,28 @@ def test_a_merge_refused_stops_and_an_outage_is_retried() -> None:
     assert "ACCESS_DENIED" in str(refused) and "s3://b/t/data" in str(refused)
     down = _classify(spark_text(OUTAGES[0]), "s3://b/t/data")
     assert down.kind is Kind.STORAGE
+
+
+def test_a_writable_warehouse_directory_passes_and_keeps_nothing(tmp_path: Path) -> None:
+    check_writable(_local(tmp_path, tmp_path / "lake"))
+    assert list((tmp_path / "lake").iterdir()) == []
+
+
+def test_a_warehouse_directory_that_refuses_writes_stops_the_start(tmp_path: Path) -> None:
+    """/sys refuses new files to everyone, root included: a real `PermissionError`."""
+    with pytest.raises(StorageError) as raised:
+        check_writable(_local(tmp_path, Path("/sys")))
+    assert raised.value.kind is Kind.STORAGE_AUTH
+    assert "cannot write to the warehouse directory /sys" in str(raised.value)
+    assert "STREAMBED_WAREHOUSE" in str(raised.value)
+
+
+def _local(data_dir: Path, warehouse: Path) -> Settings:
+    warehouse.mkdir(exist_ok=True)
+    return Settings.from_env(
+        {
+            "STREAMBED_SOURCE_URL": "postgresql://localhost/db",
+            "STREAMBED_DATA_DIR": str(data_dir),
+            "STREAMBED_WAREHOUSE": str(warehouse),
+        }
+    )
