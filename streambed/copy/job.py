@@ -36,19 +36,12 @@ from streambed.copy.snapshot import (
     snapshot_expired,
 )
 from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition
-from streambed.errors import (
-    ConfigError,
-    Kind,
-    SchemaError,
-    SourceError,
-    StorageError,
-    StreambedError,
-)
+from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
 from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import current_data_files
-from streambed.lake.storage import REFUSED_FIX, refusal
+from streambed.lake.storage import refused_error
 from streambed.lake.tables import arrow_schema, ensure_table
 from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
 from streambed.replication.connection import classify
@@ -361,10 +354,8 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
         elif "permission denied" in message:
             message += f"; GRANT SELECT ON {qualified} to the role, then resync it"
         return SourceError(f"copy of {qualified} failed: {message}", kind=kind)
-    line = refusal(str(error))  # a task's OSError from the object store, in Spark's text
-    if line is not None:
-        return StorageError(
-            f"copy of {qualified} failed: {line}; {REFUSED_FIX}", kind=Kind.STORAGE_AUTH
-        )
+    refused = refused_error(f"copy of {qualified} failed", str(error))  # a task's OSError
+    if refused is not None:
+        return refused
     first = " ".join(str(error).split())[:500]
     return StreambedError(f"copy of {qualified} failed on Spark: {first}", kind=Kind.STORAGE)

@@ -51,6 +51,15 @@ def refusal(text: str) -> str | None:
     return None
 
 
+def refused_error(what: str, text: str) -> StorageError | None:
+    """`Kind.STORAGE_AUTH` naming the line of `text` (Spark's error text, say) in which the
+    store refuses, and the fix; None when it refuses nothing."""
+    line = refusal(text)
+    if line is None:
+        return None
+    return StorageError(f"{what}: {line}; {REFUSED_FIX}", kind=Kind.STORAGE_AUTH)
+
+
 def storage_error(error: BaseException, what: str) -> StorageError | None:
     """`error` as a storage failure, when it is one: an OSError of the lake's files
     (pyiceberg's FileIO and pyarrow's filesystems raise them when the object store or the

@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from streambed.errors import Kind, StorageError, StreambedError
-from streambed.lake.storage import REFUSED_FIX, refusal
+from streambed.lake.storage import refused_error
 from streambed.merge.plan import MergePlan
 from streambed.merge.pyarrow_source import (
     NAME as PYARROW_SOURCE,
@@ -575,10 +575,7 @@ def _classify(error: Exception, output_dir: str) -> StreambedError:
             kind=Kind.INTERNAL,
         )
     first_line = text.splitlines()[0][:500] if text else type(error).__name__
-    line = refusal(text)  # a worker's OSError from the object store, in Spark's text
-    if line is not None:
-        return StorageError(
-            f"spark merge writing to {output_dir} failed: {line}; {REFUSED_FIX}",
-            kind=Kind.STORAGE_AUTH,
-        )
+    refused = refused_error(f"spark merge writing to {output_dir} failed", text)
+    if refused is not None:  # a worker's OSError from the object store, in Spark's text
+        return refused
     return StorageError(f"spark merge writing to {output_dir} failed: {first_line}")
