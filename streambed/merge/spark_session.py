@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streambed.config import Settings
-from streambed.merge import spark_sockets
+from streambed.merge import spark_launch, spark_sockets
 from streambed.merge.class_archive import BUILD_AFTER, ClassArchive
 from streambed.merge.spark_python import NAME as SPARK_PYTHON
 
@@ -203,6 +203,8 @@ def _start(master: str, java_options: str) -> SparkSession:
     builder = SparkSession.builder.appName("streambed")
     builder = builder.remote(master) if master.startswith("sc://") else builder.master(master)
     conf = {**_CONF, "spark.driver.extraJavaOptions": java_options}
+    if not master.startswith("sc://"):
+        spark_launch.install()  # an exit while the JVM starts leaves nothing behind
     if master.startswith("local"):
         conf.update(_LOCAL_CONF)
         sockets = spark_sockets.socket_dir()

@@ -49,14 +49,30 @@ spark_session.stop_spark()
 """
 
 
-def _start(tmp: Path, *args: str) -> subprocess.Popen[str]:
+EXIT_WHILE_STARTING = """
+import glob, os, threading, time
+from streambed.merge import spark_session
+
+# As `streambed run` does when it will copy: Spark starts on a thread, and the process ends
+# (e.g. a wrong source password) while the JVM is still starting.
+threading.Thread(target=spark_session.get_spark, args=("local[1]",), daemon=True).start()
+deadline = time.monotonic() + 120
+pattern = os.path.join(os.environ["TMPDIR"], "**", "tmp*")
+while not glob.glob(pattern, recursive=True):  # pyspark's connection-info directory
+    assert time.monotonic() < deadline, "pyspark did not launch its gateway"
+    time.sleep(0.01)
+print("DIR", glob.glob(pattern, recursive=True)[0], flush=True)
+"""
+
+
+def _start(tmp: Path, *args: str, script: str = START) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "TMPDIR": str(tmp),
         "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
     }
     return subprocess.Popen(
-        [sys.executable, "-c", START, *args],
+        [sys.executable, "-c", script, *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -72,6 +88,17 @@ def _announced(process: subprocess.Popen[str]) -> tuple[Path, int]:
             _, directory, jvm = line.split()
             return Path(directory), int(jvm)
     raise AssertionError(f"spark did not start (exit {process.wait()})")
+
+
+def _group_gone(group: int, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _gone(pid: int, timeout: float = 60.0) -> bool:
@@ -131,3 +158,24 @@ def test_a_killed_drivers_sockets_are_swept_by_the_next_start_and_a_restart_work
         killed.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(killed.pid, signal.SIGKILL)  # the JVM and workers, if any is left
+
+
+def test_a_process_that_ends_while_spark_starts_leaves_nothing_in_the_temporary_directory(
+    short_tmp: Path,
+) -> None:
+    """pyspark removes its gateway's connection-info directory in a `finally` that never runs
+    when the process ends while the JVM starts on another thread: one `tmpXXXX` directory
+    was left per such start, in the system's temporary directory."""
+    process = _start(short_tmp, script=EXIT_WHILE_STARTING)
+    try:
+        assert process.stdout is not None
+        announced = process.stdout.readline().split()
+        assert announced[:1] == ["DIR"], f"exit {process.wait()}"
+        assert Path(announced[1]).is_relative_to(short_tmp)
+        assert process.wait(timeout=60) == 0
+        assert _group_gone(process.pid), "the JVM outlived the process that started it"
+        assert list(short_tmp.iterdir()) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -18,16 +20,21 @@ from tests.integration.pipeline.test_replication import execute
 pytestmark = pytest.mark.integration
 
 
-def test_wrong_password_exits_with_a_clear_message(local_deployment: Deployment) -> None:
+def test_wrong_password_exits_with_a_clear_message(
+    local_deployment: Deployment, short_tmp: Path
+) -> None:
     d = local_deployment
     bad_url = d.url.replace("@", "x@", 1) if ":" in d.url.split("@")[0] else d.url
     password = d.url.split("@")[0].rsplit(":", 1)[1]
-    d.proc.start({"STREAMBED_SOURCE_URL": bad_url})
+    # A first start: Spark starts on a thread while the rest loads, so the process ends
+    # while its JVM is still starting.
+    d.proc.start({"STREAMBED_SOURCE_URL": bad_url, "TMPDIR": str(short_tmp)})
     code = d.proc.wait(timeout=120)
     logs = d.proc.logs()
     assert code == 3, logs
     assert "password" in logs.lower()
     assert password not in logs and password + "x" not in logs
+    assert list(short_tmp.iterdir()) == []  # neither Spark's sockets nor pyspark's launch
 
 
 def test_role_without_replication_is_told_what_to_run(
