@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from streambed.config import Settings
 from streambed.lake.catalog import is_rest, open_catalog
+from streambed.lake.expire import Retention
 from streambed.lake.source_catalog import PostgresCatalog
 from streambed.lake.storage import check_writable
 from streambed.lsn import format_lsn
@@ -69,6 +70,7 @@ def build_pipeline(
         on_incompatible="rewrite" if settings.on_incompatible_schema == "rewrite" else "stop",
         # a running copy manager takes resync requests up within seconds
         resync=state.request_resync if copy else None,
+        retention=Retention(settings.snapshot_retention, settings.snapshot_max),
     )
     reconcile(state, sink)
     source = PostgresSource(settings, export_snapshot=copy)

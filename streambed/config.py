@@ -166,6 +166,20 @@ class Settings:
         "--older-than` too.",
         72.0,
     )
+    snapshot_retention: float = _setting(
+        "STREAMBED_SNAPSHOT_RETENTION",
+        "Hours a lake table keeps its older snapshots for time travel (streambed.at_time, "
+        "at_lsn) before `streambed run` expires them; the current snapshot is always kept. "
+        "Expired snapshots' replaced data files are then removed by the sweep.",
+        1.0,
+    )
+    snapshot_max: int = _setting(
+        "STREAMBED_SNAPSHOT_MAX",
+        "At most this many snapshots per lake table (the newest), however young: every "
+        "snapshot kept makes each commit of the table slower (2-3 ms each with pyiceberg; "
+        "see docs/benchmarks.md).",
+        50,
+    )
     heartbeat_interval: float = _setting(
         "STREAMBED_HEARTBEAT_INTERVAL",
         "Seconds between heartbeat messages written to the source WAL so an idle slot advances; "
@@ -332,9 +346,12 @@ class Settings:
         for name, hours in (
             ("STREAMBED_SWEEP_INTERVAL", self.sweep_interval),
             ("STREAMBED_SWEEP_MIN_AGE", self.sweep_min_age),
+            ("STREAMBED_SNAPSHOT_RETENTION", self.snapshot_retention),
         ):
             if not 0 <= hours < float("inf"):
                 out.append(f"{name}={hours!r} must be a number of hours, 0 or more")
+        if self.snapshot_max < 1:
+            out.append(f"STREAMBED_SNAPSHOT_MAX={self.snapshot_max} must be 1 or more")
         if self.spark_class_archive not in ("on", "off"):
             out.append(
                 f"STREAMBED_SPARK_CLASS_ARCHIVE={self.spark_class_archive!r} must be on or off"

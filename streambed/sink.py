@@ -24,12 +24,16 @@ Parts of a large transaction (`TableDelta.final` False, from `stage`) are writte
 committed: the sink keeps, per table, the lake files they replaced and the files they
 wrote, plans later parts against that pending view, and commits everything in one
 snapshot with the table's final delta.
+
+After its commits the sink expires the snapshots a table no longer needs to keep
+(`retention`, see `streambed.lake.expire`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +49,7 @@ from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
+from streambed.lake.expire import MIN_INTERVAL_S, Retention, expire
 from streambed.lake.files import FileInfo, data_files, file_info, write_parquet
 from streambed.lake.source_catalog import SourceCatalog
 from streambed.lake.storage import resolve, storage_error
@@ -82,6 +87,7 @@ class IcebergSink:
         source: SourceCatalog | None = None,
         on_incompatible: OnIncompatible = "stop",
         resync: Callable[[str, str], None] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.catalog = catalog
         self.resync = resync
@@ -93,6 +99,8 @@ class IcebergSink:
         self._layouts: dict[tuple[str, str], tuple[Relation, TableKey]] = {}
         self._resolved: dict[Relation, Relation] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
+        self.retention = retention
+        self._expired_at: dict[tuple[str, str], float] = {}
 
     def load(self, names: Iterable[tuple[str, str]]) -> None:
         """Open existing lake tables, so watermarks list them before their first change."""
@@ -161,7 +169,21 @@ class IcebergSink:
         failpoint("after_parquet_write")
         location = commit(table, removed=removed, added=added, lsn=delta.commit_lsn)
         failpoint("after_table_commit")
+        self._expire(name, table)
         return location
+
+    def _expire(self, name: tuple[str, str], table: Table) -> None:
+        """Expire the table's old snapshots (`streambed.lake.expire`): at most once a minute,
+        or at once when a batch of them is due."""
+        if self.retention is None:
+            return
+        now = time.monotonic()
+        recent = now - self._expired_at.get(name, -MIN_INTERVAL_S) < MIN_INTERVAL_S
+        few = len(table.metadata.snapshots) < self.retention.max_snapshots + self.retention.batch
+        if recent and few:
+            return
+        self._expired_at[name] = now
+        expire(table, self.retention)
 
     @property
     def merger(self) -> SparkMerger:

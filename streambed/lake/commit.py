@@ -30,6 +30,7 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
 
 from streambed.errors import Kind, StateError, StorageError, StreambedError
 from streambed.lake.files import current_data_files
+from streambed.lake.overwrite import overwrite as lean_overwrite
 
 SUMMARY_LSN: Final = "streambed.lsn"
 COMMIT_ATTEMPTS: Final = 4
@@ -97,13 +98,14 @@ def _commit(
         if new_files is None:
             new_files = _data_files(table, list(dict.fromkeys(added)))
         try:
-            with table.transaction() as tx:
-                update = tx.update_snapshot(snapshot_properties={SUMMARY_LSN: str(lsn)})
-                with update.overwrite() as overwrite:
-                    for path in to_remove:
-                        overwrite.delete_data_file(live[path])
-                    for data_file in new_files:
-                        overwrite.append_data_file(data_file)
+            with (
+                table.transaction() as tx,
+                lean_overwrite(tx, {SUMMARY_LSN: str(lsn)}) as overwrite,
+            ):
+                for path in to_remove:
+                    overwrite.delete_data_file(live[path])
+                for data_file in new_files:
+                    overwrite.append_data_file(data_file)
             return str(table.metadata_location)
         except CommitFailedException as e:
             if attempt == COMMIT_ATTEMPTS:

@@ -44,6 +44,7 @@ from streambed.changes import TableKey
 from streambed.errors import SchemaError
 from streambed.lake.commit import SUMMARY_LSN, data_file, frontier
 from streambed.lake.files import current_data_files, write_parquet
+from streambed.lake.overwrite import overwrite as lean_overwrite
 from streambed.lake.source_catalog import SourceColumn
 from streambed.lake.storage import resolve
 from streambed.lake.tables import PROP_KEY, arrow_schema_of_schema, key_columns
@@ -265,10 +266,8 @@ def evolve_table(
             for path in live:
                 rows = _rewritten(path, table, target, relation, fills, retyped_ids)
                 written += write_parquet(table, rows, sort_by_key=False, schema=target)
-            update_snapshot = tx.update_snapshot(
-                snapshot_properties={} if lsn is None else {SUMMARY_LSN: str(lsn)}
-            )
-            with update_snapshot.overwrite() as overwrite:
+            summary = {} if lsn is None else {SUMMARY_LSN: str(lsn)}
+            with lean_overwrite(tx, summary) as overwrite:
                 for old_file in live.values():
                     overwrite.delete_data_file(old_file)
                 for path in written:

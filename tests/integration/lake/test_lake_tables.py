@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -86,18 +84,6 @@ def table(catalog: Catalog) -> Table:
 def _write(table: Table, ids: range | list[int]) -> list[str]:
     rows = rows_to_arrow(RELATION, [_row(i) for i in ids], arrow_schema(table)).table
     return write_parquet(table, rows)
-
-
-@pytest.fixture(scope="module")
-def duck() -> Iterator[duckdb.DuckDBPyConnection]:
-    con = duckdb.connect()
-    for name in ("avro", "httpfs", "iceberg"):
-        spec = importlib.util.find_spec(f"duckdb_extension_{name}")
-        assert spec is not None and spec.origin is not None
-        path = Path(spec.origin).parent / "extensions" / "v1.5.5" / f"{name}.duckdb_extension"
-        con.execute(f"LOAD '{path}'")
-    yield con
-    con.close()
 
 
 def _duck_rows(duck: duckdb.DuckDBPyConnection, settings: Settings, location: str) -> list[Any]:
