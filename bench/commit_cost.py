@@ -1,0 +1,122 @@
+"""Cost of one commit as a table's history grows: the manifest fix and snapshot expiry.
+
+    .venv/bin/python bench/commit_cost.py [--commits 150] [--every 25]
+
+Each run makes `--commits` commits to a new 100-row table on a local SQLite catalog; each
+commit replaces the previous commit's data file by a new one, as a flush that updates rows
+does. Four runs:
+
+- `pyiceberg`: pyiceberg 0.12's own overwrite, no expiry (what streambed did before);
+- `streambed, no expiry`: `streambed.lake.commit` (its overwrite leaves out manifests with
+  no live file), every snapshot kept;
+- `streambed, max 100` and `max 20`: the same, with the sink's expiry
+  (`streambed.lake.expire`, STREAMBED_SNAPSHOT_MAX) after each commit.
+
+It prints the commit time (median of the last `--every` commits), the snapshots and
+manifests of the current snapshot, and the metadata file's size at every `--every` commits;
+then each run's last figure beside the pyiceberg run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+
+from streambed.lake.commit import SUMMARY_LSN, commit, data_file
+from streambed.lake.expire import Retention, expire
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "v": ["x"] * 100}, schema=SCHEMA)
+
+Committer = Callable[[Table, list[str], list[str], int], None]
+
+
+def stock_commit(table: Table, removed: list[str], added: list[str], lsn: int) -> None:
+    """pyiceberg's overwrite, as streambed called it before `streambed.lake.overwrite`."""
+    live = {}
+    snapshot = table.current_snapshot()
+    if snapshot is not None:
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                live[entry.data_file.file_path] = entry.data_file
+    with table.transaction() as tx:
+        update = tx.update_snapshot(snapshot_properties={SUMMARY_LSN: str(lsn)})
+        with update.overwrite() as overwrite:
+            for path in removed:
+                overwrite.delete_data_file(live[path])
+            for path in added:
+                overwrite.append_data_file(data_file(table.io, tx.table_metadata, path))
+
+
+def lean_commit(table: Table, removed: list[str], added: list[str], lsn: int) -> None:
+    commit(table, removed=removed, added=added, lsn=lsn)
+
+
+def run(name: str, committer: Committer, keep: int | None, commits: int, every: int) -> float:
+    root = tempfile.mkdtemp(prefix="streambed-bench-commit-")
+    try:
+        catalog = SqlCatalog(
+            "bench", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}"
+        )
+        catalog.create_namespace("bench")
+        table = catalog.create_table("bench.t", schema=SCHEMA)
+        os.makedirs(f"{root}/data")
+        previous: list[str] = []
+        times: list[float] = []
+        print(f"\n{name}")
+        header = ("commits", "commit ms", "snapshots", "manifests", "metadata kB")
+        print(" ".join(f"{h:>12}" for h in header))
+        for i in range(1, commits + 1):
+            path = f"{root}/data/f{i}.parquet"
+            pq.write_table(ROWS, path)
+            start = time.perf_counter()
+            committer(table, previous, [f"file://{path}"], i)
+            if keep is not None:
+                expire(table, Retention(hours=1, max_snapshots=keep))
+            times.append(time.perf_counter() - start)
+            previous = [f"file://{path}"]
+            if i % every == 0:
+                snapshot = table.current_snapshot()
+                assert snapshot is not None
+                size = os.path.getsize(str(table.metadata_location).removeprefix("file://"))
+                median = statistics.median(times[-every:]) * 1000
+                figures = (i, round(median), len(table.metadata.snapshots))
+                manifests = len(snapshot.manifests(table.io))
+                print(" ".join(f"{f:>12}" for f in (*figures, manifests, f"{size / 1000:.1f}")))
+        return statistics.median(times[-every:])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--commits", type=int, default=150)
+    parser.add_argument("--every", type=int, default=25)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    runs: list[tuple[str, Committer, int | None]] = [
+        ("pyiceberg", stock_commit, None),
+        ("streambed, no expiry", lean_commit, None),
+        ("streambed, max 100", lean_commit, 100),
+        ("streambed, max 20", lean_commit, 20),
+    ]
+    last = {name: run(name, c, keep, args.commits, args.every) for name, c, keep in runs}
+    base = last["pyiceberg"]
+    print(f"\nlast {args.every} commits of {args.commits} (median, commit + expiry):")
+    for name, seconds in last.items():
+        print(f"  {name:<22} {seconds * 1000:7.0f} ms   {base / seconds:5.1f}x pyiceberg's")
+
+
+if __name__ == "__main__":
+    main()
