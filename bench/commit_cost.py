@@ -35,6 +35,7 @@ from pyiceberg.table import Table
 
 from streambed.lake.commit import SUMMARY_LSN, commit, data_file
 from streambed.lake.expire import Retention, expire
+from streambed.lake.files import current_data_files
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "v": ["x"] * 100}, schema=SCHEMA)
@@ -44,12 +45,7 @@ Committer = Callable[[Table, list[str], list[str], int], None]
 
 def stock_commit(table: Table, removed: list[str], added: list[str], lsn: int) -> None:
     """pyiceberg's overwrite, as streambed called it before `streambed.lake.overwrite`."""
-    live = {}
-    snapshot = table.current_snapshot()
-    if snapshot is not None:
-        for manifest in snapshot.manifests(table.io):
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                live[entry.data_file.file_path] = entry.data_file
+    live = current_data_files(table)
     with table.transaction() as tx:
         update = tx.update_snapshot(snapshot_properties={SUMMARY_LSN: str(lsn)})
         with update.overwrite() as overwrite:
