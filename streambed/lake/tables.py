@@ -4,17 +4,23 @@ A lake table is `<source schema>.<source table>` in the catalog. Its key columns
 required, sorted on, recorded as Iceberg identifier fields (when the spec allows: not
 float/double) and in the `streambed.key` property, and get full (untruncated) column
 metrics so per-file key bounds are exact.
+
+Every lake table also gets `METADATA_PROPERTIES`: each commit writes a new metadata file,
+and without them a table that commits at every flush kept every one of them (one per
+`STREAMBED_FLUSH_INTERVAL`, each holding the whole snapshot list: gigabytes a day).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from typing import Final
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
+    CommitFailedException,
     NamespaceAlreadyExistsError,
     NoSuchTableError,
     TableAlreadyExistsError,
@@ -35,6 +41,17 @@ PROP_RELATION_ID: Final = "streambed.source-relation-id"
 PROP_SOURCE: Final = "streambed.source"  # "schema.table" in the source database
 PROP_FULL_ROW: Final = "streambed.full-row-identity"  # "true" for REPLICA IDENTITY FULL keyless
 FIELD_ID: Final = b"PARQUET:field_id"
+
+logger = logging.getLogger("streambed.lake")
+METADATA_VERSIONS: Final = 100
+"""Metadata files a table keeps (Iceberg's default log length): older ones are deleted by
+the commit that makes them fall off the table's metadata log (pyiceberg, as Iceberg's Java
+library does). The query server reads the metadata of the latest watermark, a few commits
+old at most; `streambed sweep` removes what a failed delete left."""
+METADATA_PROPERTIES: Final = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": str(METADATA_VERSIONS),
+}
 
 
 def table_identifier(relation: Relation) -> tuple[str, str]:
@@ -78,6 +95,7 @@ def ensure_table(catalog: Catalog, relation: Relation, key: TableKey) -> Table:
             PROP_RELATION_ID: str(relation.relation_id),
             PROP_SOURCE: f"{relation.namespace}.{relation.name}",
             PROP_FULL_ROW: "true" if key.full_row and not key.columns else "false",
+            **METADATA_PROPERTIES,
         }
         for name in key_names:
             properties[f"write.metadata.metrics.column.{name}"] = "full"
@@ -91,6 +109,26 @@ def ensure_table(catalog: Catalog, relation: Relation, key: TableKey) -> Table:
         except TableAlreadyExistsError:
             table = catalog.load_table(identifier)
     _check_matches(table, schema, key_names, relation)
+    return with_metadata_properties(table)
+
+
+def with_metadata_properties(table: Table) -> Table:
+    """`table` with each of `METADATA_PROPERTIES` it lacks set (tables created before they
+    were; a value set otherwise is kept). Best effort: a failed commit is logged and tried
+    again the next time the table is opened."""
+    missing = {k: v for k, v in METADATA_PROPERTIES.items() if k not in table.properties}
+    if not missing:
+        return table
+    try:
+        with table.transaction() as tx:
+            tx.set_properties(missing)
+    except (CommitFailedException, OSError) as e:
+        logger.warning(
+            "cannot set %s on lake table %s (tried again at its next start): %s",
+            ", ".join(sorted(missing)),
+            ".".join(table.name()),
+            " ".join(str(e).split()),
+        )
     return table
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streambed.lake.catalog import open_catalog
+from streambed.lake.tables import METADATA_PROPERTIES
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import slot_exists, wait_lake_equals_source, wait_until
 from tests.integration.pipeline.test_replication import execute
@@ -33,6 +34,8 @@ def test_streaming_expires_old_snapshots_and_drops_dead_manifests(
     assert d.proc.stop() == 0
 
     table = open_catalog(d.settings).load_table(("public", "ints"))
+    for key, value in METADATA_PROPERTIES.items():  # only its last metadata files are kept
+        assert table.properties[key] == value
     summaries = [s.summary for s in table.metadata.snapshots]
     assert 1 <= len(summaries) <= 3  # 1 copy + 1 insert + >= 8 round commits were made
     current = table.current_snapshot()
