@@ -229,7 +229,7 @@ def resync(settings: Settings, table: str) -> str:
 
 
 def sweep(settings: Settings, older_than: float | None, *, dry_run: bool, out: TextIO) -> None:
-    """Delete (`dry_run`: list) each table's unreferenced data files older than
+    """Delete (`dry_run`: list) each table's unreferenced data and metadata files older than
     `older_than` seconds (None: `STREAMBED_SWEEP_MIN_AGE`; `streambed.lake.sweep`); writes
     one line per table to `out`.
     Raises `SweepRefused` after the report when a table could not be swept."""
@@ -243,11 +243,12 @@ def sweep(settings: Settings, older_than: float | None, *, dry_run: bool, out: T
             out.write(f"{r.table}: refused, nothing deleted: {r.refused}\n")
         else:
             out.write(
-                f"{r.table}: {verb} {len(r.removed)} files ({r.removed_bytes:,} bytes), "
+                f"{r.table}: {verb} {len(r.removed)} files and "
+                f"{len(r.removed_metadata)} metadata files ({r.removed_bytes:,} bytes), "
                 f"kept {r.kept}\n"
             )
         if dry_run:
-            out.writelines(f"  {path}\n" for path in r.removed)
+            out.writelines(f"  {path}\n" for path in [*r.removed, *r.removed_metadata])
     if not results:
         out.write("no tables: nothing to sweep\n")
     refused = [r.table for r in results if r.refused is not None]

@@ -57,10 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     resync.add_argument("table", metavar="TABLE", help="schema-qualified name: public.orders")
     sweep = commands.add_parser(
         "sweep",
-        help="delete data files no snapshot references (left by crashes and retried tasks)",
-        description="Delete, in every table's data directory, the files that no Iceberg "
-        "snapshot references and that are older than --older-than hours: what a merge or a "
-        "copy leaves when its process dies before the commit, or a copy task Spark retried. "
+        help="delete data and metadata files no snapshot references (left by crashes, "
+        "retried tasks and expired snapshots)",
+        description="Delete, in every table's data and metadata directories, the files that "
+        "no Iceberg snapshot or metadata still in use references and that are older than "
+        "--older-than hours: what a merge or a copy leaves when its process dies before the "
+        "commit, a copy task Spark retried, and the manifests of expired snapshots. "
         "Safe while `streambed run` runs: younger files and running copies are kept.",
     )
     sweep.add_argument(

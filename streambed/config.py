@@ -153,24 +153,25 @@ class Settings:
     )
     sweep_interval: float = _setting(
         "STREAMBED_SWEEP_INTERVAL",
-        "Hours between the sweeps `streambed run` makes of unreferenced data files (files no "
-        "snapshot references, left by crashes; as `streambed sweep` does); the first sweep "
+        "Hours between the sweeps `streambed run` makes of unreferenced data and metadata "
+        "files (files no snapshot references, left by crashes and expired snapshots; as "
+        "`streambed sweep` does); the first sweep "
         "runs 10 minutes after start, or sooner when the interval is shorter. 0 turns the "
         "sweeps off.",
         24.0,
     )
     sweep_min_age: float = _setting(
         "STREAMBED_SWEEP_MIN_AGE",
-        "Hours: a sweep keeps an unreferenced data file younger than this (the files a "
-        "running streambed is about to commit are young). The default of `streambed sweep "
-        "--older-than` too.",
+        "Hours: a sweep keeps an unreferenced data or metadata file younger than this (the "
+        "files a running streambed is about to commit are young). The default of `streambed "
+        "sweep --older-than` too.",
         72.0,
     )
     snapshot_retention: float = _setting(
         "STREAMBED_SNAPSHOT_RETENTION",
         "Hours a lake table keeps its older snapshots for time travel (streambed.at_time, "
         "at_lsn) before `streambed run` expires them; the current snapshot is always kept. "
-        "Expired snapshots' replaced data files are then removed by the sweep.",
+        "Expired snapshots' replaced data files and manifests are then removed by the sweep.",
         1.0,
     )
     snapshot_max: int = _setting(

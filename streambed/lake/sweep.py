@@ -1,4 +1,4 @@
-"""`streambed sweep`: delete the data files of the lake that no snapshot references.
+"""`streambed sweep`: delete the data and metadata files of the lake no reader can reach.
 
 Files that reach storage but never a commit: a merge or a copy whose process died before
 its commit, a copy task attempt that Spark retried or killed after the copy's own sweep
@@ -20,7 +20,11 @@ The age is the guard for files a running `streambed run` has written and is abou
 commit; it defaults to three days, Iceberg's own default for removing orphan files.
 `streambed run` itself sweeps every `STREAMBED_SWEEP_INTERVAL` hours (`Sweeper`), keeping
 files younger than `STREAMBED_SWEEP_MIN_AGE`.
-Only `data/` is swept: metadata files are small, and not swept.
+
+`<table location>/metadata/` is swept by the same rules (`streambed.lake.sweep_metadata`):
+the manifest lists and manifests of expired snapshots, and metadata files no longer in a
+table's metadata log, go once they are old enough; only files named as Iceberg names its
+metadata are deleted, and nothing when the current metadata file is not in the listing.
 
 pyiceberg 0.12 lists a table's files but has no orphan-file removal (Spark's Iceberg
 runtime has one, `remove_orphan_files`, but streambed's Spark runs without the Iceberg
@@ -38,13 +42,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
 from streambed.errors import StorageError
 from streambed.lake.storage import split_uri
+from streambed.lake.sweep_metadata import is_metadata_file, metadata_references
 from streambed.log import log
 
 if TYPE_CHECKING:
@@ -74,10 +79,11 @@ class TableSweep:
     """What the sweep did (or, dry, would do) in one table."""
 
     table: str
-    removed: list[str]
-    removed_bytes: int
+    removed: list[str]  # data files
+    removed_bytes: int  # data and metadata files
     kept: int  # files left: referenced, too young, or a running copy's
     refused: str | None = None  # why nothing was deleted
+    removed_metadata: list[str] = field(default_factory=list)  # metadata files
 
 
 def unreferenced(
@@ -128,30 +134,38 @@ def unreferenced(
     ]
 
 
-def referenced_files(table: Table, pinned: Iterable[str] = ()) -> tuple[set[str], set[str]]:
+def referenced_files(table: Table, served: Iterable[Table] = ()) -> tuple[set[str], set[str]]:
     """(the data and delete file URIs of every snapshot, those of the current snapshot),
-    from pyiceberg's metadata tables (each manifest read once). `pinned`: metadata
-    locations still served (the state store's), whose current snapshot's files count as
+    from pyiceberg's metadata tables (each manifest read once). `served`: the metadata the
+    state store still serves (`served_tables`), whose current snapshot's files count as
     referenced too: a table dropped and created again at the same location (a resync after
     a schema change) is served from its old metadata until the new copy commits."""
-    from pyiceberg.table import StaticTable
-
     everything: set[str] = set()
     current: set[str] = set()
     if table.metadata.snapshots:
         everything.update(table.inspect.all_files().column("file_path").to_pylist())
     if table.current_snapshot() is not None:
         current.update(table.inspect.files().column("file_path").to_pylist())
-    for location in set(pinned) - {table.metadata_location}:
+    for old in served:
+        if old.current_snapshot() is not None:  # what is served of it: its current files
+            everything.update(old.inspect.files().column("file_path").to_pylist())
+    return everything | current, current
+
+
+def served_tables(table: Table, pinned: Iterable[str]) -> list[Table]:
+    """The metadata at each of `pinned` (locations the state store still serves) other
+    than `table`'s own. Raises `SweepRefused` when one cannot be read."""
+    from pyiceberg.table import StaticTable
+
+    tables: list[Table] = []
+    for location in sorted(set(pinned) - {table.metadata_location}):
         try:
-            old = StaticTable.from_metadata(location, properties=table.io.properties)
+            tables.append(StaticTable.from_metadata(location, properties=table.io.properties))
         except (OSError, ValueError) as e:
             raise SweepRefused(
                 f"cannot read {location}, which the state store still serves ({e}); nothing deleted"
             ) from None
-        if old.current_snapshot() is not None:  # what is served of it: its current files
-            everything.update(old.inspect.files().column("file_path").to_pylist())
-    return everything | current, current
+    return tables
 
 
 def list_files(
@@ -188,13 +202,16 @@ def sweep_table(
     pinned: Iterable[str] = (),
     dry_run: bool = False,
 ) -> TableSweep:
-    """Sweep one table's data directory (see the module doc)."""
-    directory = table.location().rstrip("/") + "/data"
+    """Sweep one table's data and metadata directories (see the module doc)."""
+    location = table.location().rstrip("/")
     files: list[Listed] = []
+    metadata: list[Listed] = []
     try:
-        fs, base, files = list_files(directory, options)
-        table = table.refresh()  # after the listing: a file committed meanwhile is referenced
-        everything, current = referenced_files(table, pinned)
+        fs, base, files = list_files(f"{location}/data", options)
+        _, metadata_base, metadata = list_files(f"{location}/metadata", options)
+        table = table.refresh()  # after the listings: a file committed meanwhile is referenced
+        served = served_tables(table, pinned)
+        everything, current = referenced_files(table, served)
         doomed = unreferenced(
             files,
             base,
@@ -203,10 +220,39 @@ def sweep_table(
             running=running,
             before=before,
         )
+        doomed_metadata = [
+            f
+            for f in unreferenced(
+                metadata,
+                metadata_base,
+                referenced=metadata_references([table, *served]),
+                current=[str(table.metadata_location)],
+                before=before,
+            )
+            if is_metadata_file(f.path)
+        ]
     except (SweepRefused, OSError) as e:  # OSError: the store or the catalog failed
         reason = " ".join(str(e).split())
         log(logger, "sweep refused", logging.WARNING, table=name, error=reason)
-        return TableSweep(name, [], 0, len(files), refused=reason)
+        return TableSweep(name, [], 0, len(files) + len(metadata), refused=reason)
+    removed, size = _delete(fs, doomed, dry_run)
+    removed_metadata, metadata_size = _delete(fs, doomed_metadata, dry_run)
+    if removed or removed_metadata:
+        message = "unreferenced files found" if dry_run else "unreferenced files removed"
+        log(
+            logger,
+            message,
+            table=name,
+            files=len(removed),
+            metadata_files=len(removed_metadata),
+            bytes=size + metadata_size,
+        )
+    kept = len(files) + len(metadata) - len(removed) - len(removed_metadata)
+    return TableSweep(name, removed, size + metadata_size, kept, None, removed_metadata)
+
+
+def _delete(fs: pafs.FileSystem, doomed: list[Listed], dry_run: bool) -> tuple[list[str], int]:
+    """Delete (`dry_run`: not) each of `doomed`: (the paths gone, their bytes)."""
     removed: list[str] = []
     size = 0
     for f in doomed:
@@ -217,10 +263,7 @@ def sweep_table(
                 continue
         removed.append(f.path)
         size += f.size
-    if removed:
-        message = "unreferenced files found" if dry_run else "unreferenced files removed"
-        log(logger, message, table=name, files=len(removed), bytes=size)
-    return TableSweep(name, removed, size, len(files) - len(removed))
+    return removed, size
 
 
 def sweep(
@@ -323,5 +366,6 @@ class Sweeper:
                 "sweep done",
                 tables=len(results),
                 removed=sum(len(r.removed) for r in results),
+                removed_metadata=sum(len(r.removed_metadata) for r in results),
                 refused=sum(r.refused is not None for r in results),
             )

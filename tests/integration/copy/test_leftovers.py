@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -121,12 +122,17 @@ def test_a_running_streambed_sweeps_old_unreferenced_files(copy_deployment: Depl
     live = _live_files(d.settings, "public.swept")
     directory = Path(next(iter(live)).removeprefix("file://")).parent.parent
     old, young = directory / "old-stray.parquet", directory / "young-stray.parquet"
-    for stray in (old, young):
+    # a manifest no snapshot lists (a commit that failed), and a file of another tool
+    manifest = directory.parent / "metadata" / f"{uuid.uuid4()}-m0.avro"
+    hint = directory.parent / "metadata" / "version-hint.text"
+    for stray in (old, young, manifest, hint):
         stray.write_bytes(b"no snapshot references this")
     two_hours_ago = time.time() - 7200
-    os.utime(old, (two_hours_ago, two_hours_ago))
+    for stray in (old, manifest, hint):
+        os.utime(stray, (two_hours_ago, two_hours_ago))
     wait_until(lambda: not old.exists(), 60, "the old stray file swept", d.proc)
-    assert young.exists()
+    wait_until(lambda: not manifest.exists(), 60, "the old stray manifest swept", d.proc)
+    assert young.exists() and hint.exists()
     assert all(Path(f.removeprefix("file://")).exists() for f in live)
     logs = d.proc.logs()
     assert "unreferenced files removed" in logs and "sweep done" in logs

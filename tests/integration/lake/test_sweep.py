@@ -191,11 +191,16 @@ def test_the_metadata_the_state_store_serves_keeps_its_files(settings: Settings)
     assert result.refused is None
     assert all(_exists(settings, f) for f in second)  # what the server reads of the old table
     assert not any(_exists(settings, f) for f in first)  # in a snapshot no one can read now
+    assert _exists(settings, old_location) and result.removed_metadata == []
 
     with StateStore(settings.state_path) as state:  # the new copy committed
         state.record_watermark(300, {"public.orders": again.metadata_location})
     (result,) = sweep(settings, older_than=60, now=later)
     assert not any(_exists(settings, f) for f in second)
+    # the old table's metadata, manifest lists and manifests: nothing reaches them now
+    assert _path(old_location) in result.removed_metadata and not _exists(settings, old_location)
+    assert all(_exists(settings, e.metadata_file) for e in again.metadata.metadata_log)
+    assert _ids(open_catalog(settings).load_table(("public", "orders"))) == []
 
 
 def test_served_metadata_that_cannot_be_read_refuses_the_sweep(settings: Settings) -> None:
