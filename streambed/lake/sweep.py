@@ -30,9 +30,13 @@ pyiceberg 0.12 lists a table's files but has no orphan-file removal (Spark's Ice
 runtime has one, `remove_orphan_files`, but streambed's Spark runs without the Iceberg
 jars), so the listing, the comparison and the deletes are written here.
 
-It refuses to delete anything in a table when a file of the current snapshot under `data/`
-is missing from the listing (the names are then not compared in the same form, or the
-table has lost a file, which an operator must look at first).
+It refuses to delete anything in a table when a file of the current snapshot under `data/`,
+or the current metadata file, is missing from the listing (the names are then not compared
+in the same form, or the table has lost a file, which an operator must look at first).
+"Current" is as loaded before the listings start: a table that commits while it is listed
+(a busy one, at every flush) is not refused for the files that commit added, which the
+listing may lack; until 2026-11-27 it was, and the running sweep tried again only a
+`STREAMBED_SWEEP_INTERVAL` later.
 """
 
 from __future__ import annotations
@@ -144,12 +148,18 @@ def referenced_files(table: Table, served: Iterable[Table] = ()) -> tuple[set[st
     current: set[str] = set()
     if table.metadata.snapshots:
         everything.update(table.inspect.all_files().column("file_path").to_pylist())
-    if table.current_snapshot() is not None:
-        current.update(table.inspect.files().column("file_path").to_pylist())
+    current.update(current_files(table))
     for old in served:
         if old.current_snapshot() is not None:  # what is served of it: its current files
             everything.update(old.inspect.files().column("file_path").to_pylist())
     return everything | current, current
+
+
+def current_files(table: Table) -> set[str]:
+    """The data and delete file URIs of `table`'s current snapshot."""
+    if table.current_snapshot() is None:
+        return set()
+    return set(table.inspect.files().column("file_path").to_pylist())
 
 
 def served_tables(table: Table, pinned: Iterable[str]) -> list[Table]:
@@ -202,21 +212,27 @@ def sweep_table(
     pinned: Iterable[str] = (),
     dry_run: bool = False,
 ) -> TableSweep:
-    """Sweep one table's data and metadata directories (see the module doc)."""
+    """Sweep one table's data and metadata directories (see the module doc). `table` is
+    as loaded before the sweep: the listings must hold its current metadata file and the
+    files of its current snapshot. What commits while they run adds files a listing may
+    miss; those are not deleted (not listed), and what the new metadata references is
+    kept (`table` is refreshed after the listings)."""
     location = table.location().rstrip("/")
     files: list[Listed] = []
     metadata: list[Listed] = []
     try:
+        first_location = str(table.metadata_location)
+        first_current = current_files(table)
         fs, base, files = list_files(f"{location}/data", options)
         _, metadata_base, metadata = list_files(f"{location}/metadata", options)
         table = table.refresh()  # after the listings: a file committed meanwhile is referenced
         served = served_tables(table, pinned)
-        everything, current = referenced_files(table, served)
+        everything, _ = referenced_files(table, served)
         doomed = unreferenced(
             files,
             base,
             referenced=everything,
-            current=current,
+            current=first_current,
             running=running,
             before=before,
         )
@@ -226,7 +242,7 @@ def sweep_table(
                 metadata,
                 metadata_base,
                 referenced=metadata_references([table, *served]),
-                current=[str(table.metadata_location)],
+                current=[first_location],
                 before=before,
             )
             if is_metadata_file(f.path)

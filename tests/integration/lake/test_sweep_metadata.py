@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import duckdb
 import pyarrow.fs as pafs
@@ -13,13 +15,15 @@ import pytest
 from pyiceberg.table import Table
 
 from streambed.config import Settings
+from streambed.lake import sweep as sweep_module
 from streambed.lake.catalog import open_catalog
+from streambed.lake.commit import commit
 from streambed.lake.expire import Retention, expire
 from streambed.lake.sweep import sweep
 from streambed.lake.tables import METADATA_PROPERTIES, ensure_table
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from tests.integration.lake.test_expire import _overwrites, _table
-from tests.integration.lake.test_lake_tables import KEY, RELATION, _duck_rows
+from tests.integration.lake.test_lake_tables import KEY, RELATION, _duck_rows, _write
 from tests.integration.lake.test_sweep import _exists, _ids, _path
 
 pytestmark = pytest.mark.integration
@@ -140,3 +144,34 @@ def test_metadata_older_than_the_log_goes_but_not_what_the_log_names(settings: S
         *range(0, 10),
         *range(100, 105),
     ]
+
+
+def test_a_commit_during_the_listings_neither_refuses_nor_loses_files(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy table commits while the sweep lists it: its new metadata file and data files
+    # are not in the listings. That is no reason to refuse, and none of them may go.
+    table = _table(settings)
+    history = _overwrites(table, 3)
+    real = sweep_module.list_files
+    made: list[list[str]] = []
+
+    def list_then_commit(directory: str, options: Mapping[str, str]) -> Any:
+        listed = real(directory, options)
+        if directory.endswith("/metadata") and not made:
+            other = open_catalog(settings).load_table(("public", "orders"))
+            made.append(_write(other, range(0, 10)))
+            commit(other, removed=history[-1][1], added=made[0], lsn=100)
+        return listed
+
+    monkeypatch.setattr(sweep_module, "list_files", list_then_commit)
+    (result,) = sweep(settings, older_than=60, now=time.time() + 3600)
+    assert made and result.refused is None
+    fresh = open_catalog(settings).load_table(("public", "orders"))
+    assert all(_exists(settings, p) for p in made[0])
+    assert _exists(settings, str(fresh.metadata_location))
+    assert _ids(fresh) == [*range(0, 10), *range(100, 105)]
+    # what the commit replaced is unreferenced only by the newest metadata; kept or gone,
+    # every snapshot the table still has reads
+    for snapshot in fresh.metadata.snapshots:
+        assert len(_ids(fresh, snapshot.snapshot_id)) in (5, 15)
