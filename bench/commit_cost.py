@@ -10,11 +10,14 @@ does. Four runs:
 - `streambed, no expiry`: `streambed.lake.commit` (its overwrite leaves out manifests with
   no live file), every snapshot kept;
 - `streambed, max 100` and `max 20`: the same, with the sink's expiry
-  (`streambed.lake.expire`, STREAMBED_SNAPSHOT_MAX) after each commit.
+  (`streambed.lake.expire`, STREAMBED_SNAPSHOT_MAX) after each commit;
+- `streambed as run`: what `streambed run` does with its defaults: expiry at 50 snapshots,
+  and a table that keeps its last 100 metadata files (`tables.METADATA_PROPERTIES`).
 
 It prints the commit time (median of the last `--every` commits), the snapshots and
-manifests of the current snapshot, and the metadata file's size at every `--every` commits;
-then each run's last figure beside the pyiceberg run's.
+manifests of the current snapshot, the metadata file's size, and the files and bytes in
+the table's metadata directory at every `--every` commits; then each run's last figure
+beside the pyiceberg run's.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pyiceberg.table import Table
 from streambed.lake.commit import SUMMARY_LSN, commit, data_file
 from streambed.lake.expire import Retention, expire
 from streambed.lake.files import current_data_files
+from streambed.lake.tables import METADATA_PROPERTIES
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 ROWS = pa.table({"id": pa.array(range(100), pa.int64()), "v": ["x"] * 100}, schema=SCHEMA)
@@ -59,19 +63,28 @@ def lean_commit(table: Table, removed: list[str], added: list[str], lsn: int) ->
     commit(table, removed=removed, added=added, lsn=lsn)
 
 
-def run(name: str, committer: Committer, keep: int | None, commits: int, every: int) -> float:
+def run(
+    name: str,
+    committer: Committer,
+    keep: int | None,
+    commits: int,
+    every: int,
+    properties: dict[str, str] | None = None,
+) -> float:
     root = tempfile.mkdtemp(prefix="streambed-bench-commit-")
     try:
         catalog = SqlCatalog(
             "bench", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}"
         )
         catalog.create_namespace("bench")
-        table = catalog.create_table("bench.t", schema=SCHEMA)
+        table = catalog.create_table("bench.t", schema=SCHEMA, properties=properties or {})
+        directory = os.path.join(table.location().removeprefix("file://"), "metadata")
         os.makedirs(f"{root}/data")
         previous: list[str] = []
         times: list[float] = []
         print(f"\n{name}")
-        header = ("commits", "commit ms", "snapshots", "manifests", "metadata kB")
+        header = ["commits", "commit ms", "snapshots", "manifests", "metadata kB", "dir files"]
+        header += ["dir MB"]
         print(" ".join(f"{h:>12}" for h in header))
         for i in range(1, commits + 1):
             path = f"{root}/data/f{i}.parquet"
@@ -87,9 +100,12 @@ def run(name: str, committer: Committer, keep: int | None, commits: int, every: 
                 assert snapshot is not None
                 size = os.path.getsize(str(table.metadata_location).removeprefix("file://"))
                 median = statistics.median(times[-every:]) * 1000
-                figures = (i, round(median), len(table.metadata.snapshots))
+                figures: list[object] = [i, round(median), len(table.metadata.snapshots)]
                 manifests = len(snapshot.manifests(table.io))
-                print(" ".join(f"{f:>12}" for f in (*figures, manifests, f"{size / 1000:.1f}")))
+                names = os.listdir(directory)
+                held = sum(os.path.getsize(os.path.join(directory, n)) for n in names)
+                figures += [manifests, f"{size / 1000:.1f}", len(names), f"{held / 1e6:.1f}"]
+                print(" ".join(f"{f:>12}" for f in figures))
         return statistics.median(times[-every:])
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -101,13 +117,16 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=25)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    runs: list[tuple[str, Committer, int | None]] = [
-        ("pyiceberg", stock_commit, None),
-        ("streambed, no expiry", lean_commit, None),
-        ("streambed, max 100", lean_commit, 100),
-        ("streambed, max 20", lean_commit, 20),
+    runs: list[tuple[str, Committer, int | None, dict[str, str] | None]] = [
+        ("pyiceberg", stock_commit, None, None),
+        ("streambed, no expiry", lean_commit, None, None),
+        ("streambed, max 100", lean_commit, 100, None),
+        ("streambed, max 20", lean_commit, 20, None),
+        ("streambed as run", lean_commit, 50, METADATA_PROPERTIES),
     ]
-    last = {name: run(name, c, keep, args.commits, args.every) for name, c, keep in runs}
+    last = {
+        name: run(name, c, keep, args.commits, args.every, props) for name, c, keep, props in runs
+    }
     base = last["pyiceberg"]
     print(f"\nlast {args.every} commits of {args.commits} (median, commit + expiry):")
     for name, seconds in last.items():
