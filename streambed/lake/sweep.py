@@ -138,21 +138,18 @@ def unreferenced(
     ]
 
 
-def referenced_files(table: Table, served: Iterable[Table] = ()) -> tuple[set[str], set[str]]:
-    """(the data and delete file URIs of every snapshot, those of the current snapshot),
-    from pyiceberg's metadata tables (each manifest read once). `served`: the metadata the
+def referenced_files(table: Table, served: Iterable[Table] = ()) -> set[str]:
+    """The data and delete file URIs of every snapshot (the current one's among them), from
+    pyiceberg's metadata tables (each manifest read once). `served`: the metadata the
     state store still serves (`served_tables`), whose current snapshot's files count as
     referenced too: a table dropped and created again at the same location (a resync after
     a schema change) is served from its old metadata until the new copy commits."""
     everything: set[str] = set()
-    current: set[str] = set()
     if table.metadata.snapshots:
         everything.update(table.inspect.all_files().column("file_path").to_pylist())
-    current.update(current_files(table))
     for old in served:
-        if old.current_snapshot() is not None:  # what is served of it: its current files
-            everything.update(old.inspect.files().column("file_path").to_pylist())
-    return everything | current, current
+        everything.update(current_files(old))  # what is served of it: its current files
+    return everything
 
 
 def current_files(table: Table) -> set[str]:
@@ -227,7 +224,7 @@ def sweep_table(
         _, metadata_base, metadata = list_files(f"{location}/metadata", options)
         table = table.refresh()  # after the listings: a file committed meanwhile is referenced
         served = served_tables(table, pinned)
-        everything, _ = referenced_files(table, served)
+        everything = referenced_files(table, served)
         doomed = unreferenced(
             files,
             base,
@@ -264,7 +261,7 @@ def sweep_table(
             bytes=size + metadata_size,
         )
     kept = len(files) + len(metadata) - len(removed) - len(removed_metadata)
-    return TableSweep(name, removed, size + metadata_size, kept, None, removed_metadata)
+    return TableSweep(name, removed, size + metadata_size, kept, removed_metadata=removed_metadata)
 
 
 def _delete(fs: pafs.FileSystem, doomed: list[Listed], dry_run: bool) -> tuple[list[str], int]:
