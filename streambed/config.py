@@ -9,6 +9,7 @@ everything at start and raises one ConfigError that names each bad variable and 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import sys
@@ -23,6 +24,10 @@ from streambed.errors import ConfigError
 from streambed.failpoints import unknown_names
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+PREFIX = "STREAMBED_"
+OTHER_VARIABLES = frozenset({"STREAMBED_FAILPOINTS", "STREAMBED_PSQL", "STREAMBED_PASSWORD"})
+"""`STREAMBED_*` variables that are not settings, read where they are used: failpoints
+(tests), the copy's psql (docs/initial-copy.md), the password of the SCRAM verifier helper."""
 
 
 def _setting(env: str, help: str, default: Any = dataclasses.MISSING, secret: bool = False) -> Any:
@@ -303,6 +308,7 @@ class Settings:
         if not problems:
             settings = cls(**values)
             problems = settings._problems()
+        problems += unknown_variables(env)
         bad_failpoints = unknown_names()
         if bad_failpoints:
             problems.append(
@@ -478,6 +484,35 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts)
 
 
+def variable_names() -> list[str]:
+    """Every `STREAMBED_*` variable streambed reads."""
+    return sorted({f.metadata["env"] for f in dataclasses.fields(Settings)} | OTHER_VARIABLES)
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """A problem for each `STREAMBED_*` variable in `env` that streambed does not read: a
+    misspelt name would otherwise be ignored, and its setting silently left at the default
+    (a bucket name, and the lake written to the local disk instead)."""
+    known = variable_names()
+    problems = []
+    for name in sorted(n for n in env if n.startswith(PREFIX) and n not in known):
+        short = name[len(PREFIX) :]  # compared without the prefix all share
+        close = difflib.get_close_matches(short, [k[len(PREFIX) :] for k in known], 1, 0.8)
+        group = short.split("_", 1)[0]
+        siblings = [k for k in known if k[len(PREFIX) :].split("_", 1)[0] == group]
+        if close:
+            hint = f"; did you mean {PREFIX}{close[0]}?"
+        elif siblings:
+            hint = f"; the {PREFIX}{group}_* variables are {', '.join(siblings)}"
+        else:
+            hint = ""
+        problems.append(
+            f"{name} is not a streambed variable{hint} (docs/configuration.md lists them); "
+            "correct its name or unset it"
+        )
+    return problems
+
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
@@ -505,6 +540,11 @@ def reference_markdown() -> str:
     lines += [
         "| `STREAMBED_FAILPOINTS` | (empty) | Testing only: comma-separated failpoint names "
         "at which the process kills itself (see docs/operations.md). |",
+        "| `STREAMBED_PSQL` | (unset) | The psql the copy's csv reader runs; empty: none, "
+        "psycopg reads instead (see docs/initial-copy.md). |",
+        "",
+        "Any other `STREAMBED_*` variable in the environment stops the start with exit 2 and "
+        "its name: a misspelt variable would otherwise leave its setting at the default.",
         "",
     ]
     return "\n".join(lines)

@@ -1,11 +1,18 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings, example_env, redact_url, reference_markdown
+from streambed.config import (
+    Settings,
+    example_env,
+    redact_url,
+    reference_markdown,
+    variable_names,
+)
 from streambed.errors import ConfigError, Kind
 
 URL = "postgresql://app:s3cret@db.example:5432/shop"
@@ -158,3 +165,43 @@ def test_an_empty_string_setting_is_kept_and_turns_the_query_server_off() -> Non
     assert settings.query_host_port is None
     settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_FLUSH_ROWS": ""})
     assert settings.flush_rows == 100_000
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("STREAMBED_S3_BUCKT", "did you mean STREAMBED_S3_BUCKET?"),
+        ("STREAMBED_QUERY_PORT", "the STREAMBED_QUERY_* variables are STREAMBED_QUERY_LISTEN"),
+        ("STREAMBED_NONSENSE", "is not a streambed variable (docs/configuration.md"),
+    ],
+)
+def test_unknown_variables_stop_the_start(name: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"STREAMBED_SOURCE_URL": URL, name: "x"})
+    message = str(info.value)
+    assert f"{name} is not a streambed variable" in message
+    assert hint in message
+    assert "correct its name or unset it" in message
+    assert info.value.kind is Kind.CONFIG
+
+
+def test_variables_read_outside_the_settings_are_known() -> None:
+    env = {
+        "STREAMBED_SOURCE_URL": URL,
+        "STREAMBED_PSQL": "",
+        "STREAMBED_PASSWORD": "x",
+        "OTHER_VARIABLE": "y",  # not streambed's
+    }
+    assert Settings.from_env(env).source_url == URL
+
+
+def test_every_name_the_code_reads_is_known() -> None:
+    """The variables named in streambed's own code are settings or `OTHER_VARIABLES`: a
+    variable read somewhere new without being added would stop every start."""
+    known = set(variable_names())
+    package = Path(__file__).parents[3] / "streambed"
+    read = set()
+    for path in package.rglob("*.py"):
+        read |= set(re.findall(r"\bSTREAMBED_[A-Z0-9]+(?:_[A-Z0-9]+)*\b", path.read_text()))
+    assert read - {"STREAMBED_VERSION"} <= known
+    assert "STREAMBED_PSQL" in read  # the scan finds names read outside the settings
