@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 from streambed import __version__
@@ -102,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"streambed: {e}\n")
         return exit_code(e)
     setup(settings.log_level, settings.log_format)
+    # pyspark checks the pandas version when it loads, and pandas 3 (installed beside
+    # streambed, e.g. by its dev extras) gets a FutureWarning; streambed passes Arrow to
+    # Spark and never uses pandas.
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     if args.command == "run":
         from streambed.prestart import prestart
 

@@ -118,6 +118,7 @@ class IcebergSink:
         self._layouts.clear()
         self._resolved.clear()
         self._pending.clear()
+        self._merger = None  # Spark's JVM may have ended: the next merge gets the live one
 
     def frontier(self, schema: str, name: str) -> int | None:
         with _storage(f"reading the frontier of {schema}.{name}"):

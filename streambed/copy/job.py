@@ -11,6 +11,7 @@ reference (left by a task attempt whose result was not used) is removed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -170,7 +171,9 @@ def copy_table(
         wait_for_tasks(spark, group)  # the caller removes the run's files after this
         raise _failure(info.qualified, e) from None
     finally:
-        context.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None unsets
+        # Not over the job's own error when Spark's JVM has ended.
+        with contextlib.suppress(Exception):
+            context.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None unsets
     # Range order (the names start with the range's index): a table inserted in key order
     # keeps files whose key bounds follow each other.
     written = sorted(written)

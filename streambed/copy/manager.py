@@ -677,11 +677,18 @@ class CopyManager:
 
 def copy_error(error: Exception) -> StreambedError:
     """What a copy failed with, as a StreambedError: the lake's OSErrors are storage
-    failures (`storage.storage_error`), copied again after a pause."""
+    failures (`storage.storage_error`), and Spark's own errors outside the job (its JVM
+    ended: `spark_session` starts another) are failures in Spark; both are copied again
+    after a pause."""
     if isinstance(error, StreambedError):
         return error
     failed = storage_error(error, "the lake's storage failed")
-    return failed if failed is not None else StreambedError(" ".join(str(error).split()))
+    if failed is not None:
+        return failed
+    text = " ".join(str(error).split())
+    if type(error).__module__.startswith(("py4j", "pyspark")):  # e.g. Spark's JVM ended
+        return StreambedError(f"Spark failed: {text}", kind=Kind.STORAGE)
+    return StreambedError(text)
 
 
 def _anchor_lost(qualified: str, error: psycopg.Error) -> SnapshotExpired:

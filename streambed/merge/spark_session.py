@@ -6,13 +6,17 @@ Connect (the server ships in the pyspark wheel); `spark://` and `local[...]` use
 Started from `Settings` with a local master, the JVM uses (or records the classes for) the
 data directory's class archive (`streambed.merge.class_archive`). A local Spark talks to
 its Python workers over Unix sockets in a directory of the process's own
-(`streambed.merge.spark_sockets`).
+(`streambed.merge.spark_sockets`). A session whose JVM has ended (the out-of-memory killer,
+a signal to every process of a service) is dropped, and the next `get_spark` starts Spark
+again: the failed merge or copy is retried on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
+JVM_END_SECONDS = 10.0
+"""How long a stop that failed waits for the JVM to end before it takes the failure as real."""
 MASTER_ENV = "STREAMBED_SPARK_MASTER"
 
 # Settings every streambed session gets. Field ids: Iceberg maps Parquet columns to table
@@ -81,6 +87,9 @@ def get_spark(settings_or_master: Settings | str | None = None) -> SparkSession:
     global _session, _session_master, _archive, _archive_timer
     master = resolve_master(settings_or_master)
     with _lock:
+        if _session is not None and _jvm_ended(_session):
+            log.warning("starting spark again (a job it was running is retried)")
+            _forget_session()
         if _session is not None:
             if master != _session_master:
                 log.warning(
@@ -110,14 +119,70 @@ def stop_spark() -> None:
         if _archive_timer is not None:
             _archive_timer.cancel()
             _archive_timer = None
+        if _session is not None and _jvm_ended(_session):
+            _forget_session()
         if _session is not None:
             jvm = _jvm_pid(_session)
-            _session.stop()
+            try:
+                _session.stop()
+            except Exception:
+                if not _jvm_ended(_session, wait=JVM_END_SECONDS):
+                    raise
+                _forget_session()  # it was ending already (a signal to every process)
+                return
             if _archive is not None:
                 _archive.build_later(jvm)
             _session = None
             _session_master = None
             _archive = None
+
+
+def _jvm_ended(session: SparkSession, *, wait: float = 0.0) -> bool:
+    """Whether the JVM pyspark started for `session` has exited (the kernel's out-of-memory
+    killer, a signal sent to every process of a service, a crash), waiting up to `wait`
+    seconds for it to; logged. False for a session without a JVM of this process's own
+    (Spark Connect)."""
+    try:
+        process = session.sparkContext._gateway.proc  # type: ignore[union-attr]
+    except Exception:  # a remote session, or a pyspark that keeps no proc
+        return False
+    if process is None:
+        return False
+    try:
+        code = process.wait(wait)
+    except subprocess.TimeoutExpired:
+        return False
+    how = f"signal {-code}" if code < 0 else f"exit code {code}"
+    log.warning("spark's JVM (pid %s) ended with %s", process.pid, how)
+    return True
+
+
+def _forget_session() -> None:
+    """Drop the session whose JVM ended, and pyspark's own references to it, so that the next
+    `get_spark` starts a new JVM (pyspark would keep handing out the dead one: its
+    `SparkContext` and gateway are class attributes). Its class archive, if it was
+    recording one, is not built from the dead JVM's partial class list."""
+    global _session, _session_master, _archive, _archive_timer
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    assert _session is not None
+    gateway = SparkContext._gateway
+    with SparkContext._lock:
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    if gateway is not None:
+        with contextlib.suppress(Exception):  # its sockets; the JVM answers nothing now
+            gateway.close()
+    if _archive_timer is not None:
+        _archive_timer.cancel()
+        _archive_timer = None
+    _session = None
+    _session_master = None
+    _archive = None
 
 
 def _jvm_pid(session: SparkSession) -> int | None:

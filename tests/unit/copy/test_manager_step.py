@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from py4j.protocol import Py4JNetworkError
 
 from streambed.config import Settings
 from streambed.copy.manager import CopyManager, Outcome, copy_error
@@ -99,6 +100,8 @@ def test_a_copy_the_store_refused_stops_the_process(tmp_path: Path) -> None:
         (FileNotFoundError("a data file is gone"), Kind.INTERNAL),
         (ValueError("a bug"), Kind.INTERNAL),
         (StorageError("already typed"), Kind.STORAGE),
+        # Spark's JVM ended under a copy: retried (`spark_session` starts another JVM)
+        (Py4JNetworkError("Error while sending or receiving"), Kind.STORAGE),
     ],
 )
 def test_copy_errors_from_the_lake_are_storage_failures(error: Exception, kind: Kind) -> None:
