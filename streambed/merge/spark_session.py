@@ -180,6 +180,7 @@ def _forget_session() -> None:
     if _archive_timer is not None:
         _archive_timer.cancel()
         _archive_timer = None
+    spark_sockets.clear_jvm_temp()  # Spark's local directories the JVM could not delete
     _session = None
     _session_master = None
     _archive = None
@@ -276,6 +277,10 @@ def _start(master: str, java_options: str) -> SparkSession:
         if sockets is not None:  # else TCP, whose every Python task waits ~40 ms for input
             conf["spark.python.unix.domain.socket.enabled"] = "true"
             conf["spark.python.unix.domain.socket.dir"] = str(sockets)
+        temp = spark_sockets.jvm_temp_dir()
+        if temp is not None:  # what a killed JVM leaves goes with the process's directory
+            options = conf["spark.driver.extraJavaOptions"]
+            conf["spark.driver.extraJavaOptions"] = f"{options} -Djava.io.tmpdir={temp}"
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -1,4 +1,5 @@
-"""The directory of a local Spark's Unix domain sockets (Python driver, JVM, Python workers).
+"""The directory of a local Spark's Unix domain sockets (Python driver, JVM, Python workers),
+and of its JVM's temporary files.
 
 Over TCP on 127.0.0.1 every Python task of a local Spark waited about 40 ms for its first
 input: the JVM sends a task's command and then its data in two small writes, and Nagle's
@@ -11,10 +12,14 @@ when it closes them; a driver that is killed leaves them. So each process gets a
 of its own in the system's temporary directory, `streambed-spark-<pid namespace>-<pid>-…`,
 removed when the process exits; Spark's first start in a process, and the exit, also remove
 the directories of processes of the same pid namespace that no longer run (what a killed
-`streambed run` left). Where the temporary directory's path is too long for a socket's
-name, there is no directory and Spark uses TCP.
+`streambed run` left). The JVM's temporary files live in the same directory (`jvm_temp_dir`),
+for the same reason: a killed JVM leaves Spark's local directories and unpacked native
+libraries, about 5 entries a JVM, in the system's temporary directory otherwise. Where the
+temporary directory's path is too long for a socket's name, there is no directory, Spark
+uses TCP and its JVM the system's temporary directory.
 
-Written by hand: Spark removes neither the sockets of a killed driver nor their directory.
+Written by hand: Spark removes neither the sockets of a killed driver nor their directory,
+nor a killed JVM's temporary files.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from streambed.merge.class_archive import alive
 log = logging.getLogger(__name__)
 
 PREFIX: Final = "streambed-spark-"
+JVM_TEMP: Final = "jvm"
 MAX_DIR_CHARS: Final = 60
 """A socket's path is at most 107 bytes (`sun_path`); Spark names its files
 `.<uuid>.sock` (42 characters) inside the directory."""
@@ -71,6 +77,30 @@ def socket_dir() -> Path | None:
         elif not _current.is_dir():  # removed from outside: made again, same path
             _current.mkdir(mode=0o700, parents=True, exist_ok=True)
         return _current
+
+
+def jvm_temp_dir() -> Path | None:
+    """The temporary directory (`java.io.tmpdir`) of the JVM a local Spark starts, inside
+    this process's directory: Spark's local directories (`spark-*`, `blockmgr-*`, with
+    their shuffle and broadcast blocks) and the native libraries it unpacks (`liblz4-java-*`)
+    go there, and so go with the directory when the process exits or, after a kill, is
+    swept. A JVM that is killed deletes none of them. None without a process directory,
+    or when its path holds a blank (Spark splits its Java options at blanks)."""
+    base = socket_dir()
+    if base is None or any(c.isspace() for c in str(base)):
+        return None
+    path = base / JVM_TEMP
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def clear_jvm_temp() -> None:
+    """Remove what an ended JVM left in `jvm_temp_dir` (call it only when no JVM of this
+    process runs: a running one keeps its files there)."""
+    with _lock:
+        base = _current
+    if base is not None:
+        shutil.rmtree(base / JVM_TEMP, ignore_errors=True)
 
 
 def make_dir(root: Path) -> Path | None:

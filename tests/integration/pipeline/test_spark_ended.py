@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from streambed.merge.spark_sockets import PREFIX
 from tests.integration.copy.test_resync import _resync as resync
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import StreambedProcess, wait_lake_equals_source, wait_until
@@ -62,14 +63,30 @@ def kill(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
         time.sleep(0.05)
 
 
-def test_streaming_goes_on_after_spark_is_killed(local_deployment: Deployment) -> None:
+def java_temp(jvm: int) -> Path:
+    """The `java.io.tmpdir` the JVM runs with."""
+    arguments = Path(f"/proc/{jvm}/cmdline").read_bytes().decode().split("\0")
+    found = [a.split("=", 1)[1] for a in arguments if a.startswith("-Djava.io.tmpdir=")]
+    assert found, arguments
+    return Path(found[-1])
+
+
+def test_streaming_goes_on_after_spark_is_killed(
+    local_deployment: Deployment, short_tmp: Path
+) -> None:
     d = local_deployment
+    d.proc.env["TMPDIR"] = str(short_tmp)
     execute(d.url, SCHEMA)
     execute(d.url, "INSERT INTO ints SELECT g, 'v1', g, now() FROM generate_series(1, 2000) g")
     start(d)
     execute(d.url, "UPDATE ints SET name = 'v0' WHERE id <= 10")  # a merge: the sink's merger
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
     jvm = spark_running(d.proc)
+    # The JVM's temporary files are in the process's own directory, not the system's.
+    temp = java_temp(jvm)
+    assert temp.parent.parent == short_tmp and temp.parent.name.startswith(PREFIX)
+    left = {p.name for p in temp.iterdir()}
+    assert any(name.startswith("spark-") for name in left), left  # Spark's local directory
 
     kill(jvm)
     execute(
@@ -84,12 +101,16 @@ def test_streaming_goes_on_after_spark_is_killed(local_deployment: Deployment) -
     assert ENDED.format(pid=jvm, how=f"signal {int(signal.SIGKILL)}") in logs
     assert AGAIN in logs
     assert RETRYING in logs  # the merge the kill broke failed once, on the dead JVM
-    assert spark_running(d.proc) != jvm
+    again = spark_running(d.proc)
+    assert again != jvm
+    assert java_temp(again) == temp
+    assert not left & {p.name for p in temp.iterdir()}  # what the killed JVM left is gone
 
     execute(d.url, "UPDATE ints SET amount = -amount WHERE id > 1900")  # and it stays up
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
     assert d.proc.stop() == 0
     assert INTERNAL not in d.proc.logs()
+    assert list(short_tmp.iterdir()) == []  # the process's directory went at its exit
 
 
 def test_a_copy_is_made_again_after_spark_is_killed(local_deployment: Deployment) -> None:
