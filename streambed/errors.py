@@ -115,3 +115,9 @@ def exit_code(error: StreambedError) -> int:
     if error.policy is Policy.FATAL:
         return EXIT_FATAL
     return EXIT_MANUAL
+
+
+def raised_by_spark(error: BaseException) -> bool:
+    """Whether pyspark or py4j raised `error` (not every such error is a PySparkException:
+    py4j's network errors, when Spark's JVM has ended, are not)."""
+    return type(error).__module__.startswith(("py4j", "pyspark"))

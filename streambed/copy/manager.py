@@ -62,7 +62,7 @@ from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
-from streambed.errors import Kind, SourceError, StreambedError
+from streambed.errors import Kind, SourceError, StreambedError, raised_by_spark
 from streambed.failpoints import reached
 from streambed.lake.storage import storage_error
 from streambed.lake.types import with_base_types
@@ -686,7 +686,7 @@ def copy_error(error: Exception) -> StreambedError:
     if failed is not None:
         return failed
     text = " ".join(str(error).split())
-    if type(error).__module__.startswith(("py4j", "pyspark")):  # e.g. Spark's JVM ended
+    if raised_by_spark(error):  # e.g. Spark's JVM ended
         return StreambedError(f"Spark failed: {text}", kind=Kind.STORAGE)
     return StreambedError(text)
 

@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from streambed.errors import Kind, StorageError, StreambedError
+from streambed.errors import Kind, StorageError, StreambedError, raised_by_spark
 from streambed.lake.storage import refused_error
 from streambed.merge.plan import MergePlan
 from streambed.merge.pyarrow_source import (
@@ -167,7 +167,7 @@ class SparkMerger:
         except PySparkException as e:
             raise _classify(e, output_dir) from e
         except Exception as e:  # py4j errors are not PySparkExceptions in every version
-            if type(e).__module__.startswith(("py4j", "pyspark")):
+            if raised_by_spark(e):
                 raise _classify(e, output_dir) from e
             raise
         log.info("merge done files_written=%d", len(files))

@@ -142,10 +142,7 @@ def _jvm_ended(session: SparkSession, *, wait: float = 0.0) -> bool:
     killer, a signal sent to every process of a service, a crash), waiting up to `wait`
     seconds for it to; logged. False for a session without a JVM of this process's own
     (Spark Connect)."""
-    try:
-        process = session.sparkContext._gateway.proc  # type: ignore[union-attr]
-    except Exception:  # a remote session, or a pyspark that keeps no proc
-        return False
+    process = _jvm_process(session)
     if process is None:
         return False
     try:
@@ -188,10 +185,18 @@ def _forget_session() -> None:
 
 def _jvm_pid(session: SparkSession) -> int | None:
     """The pid of the JVM pyspark started for a classic session (None for Spark Connect)."""
+    process = _jvm_process(session)
+    return None if process is None else int(process.pid)
+
+
+def _jvm_process(session: SparkSession) -> subprocess.Popen[bytes] | None:
+    """The JVM process pyspark started for a classic session (None for Spark Connect)."""
     try:
-        return int(session.sparkContext._gateway.proc.pid)  # type: ignore[union-attr]
+        gateway = session.sparkContext._gateway
+        process: subprocess.Popen[bytes] | None = gateway.proc if gateway is not None else None
     except Exception:  # a remote session, or a pyspark that keeps no proc
         return None
+    return process
 
 
 def _class_archive(settings_or_master: Settings | str | None, master: str) -> ClassArchive | None:

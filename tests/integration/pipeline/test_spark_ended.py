@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from streambed.merge.spark_sockets import PREFIX
 from tests.integration.copy.test_resync import _resync as resync
+from tests.integration.merge.test_spark_sockets import _gone as gone
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import StreambedProcess, wait_lake_equals_source, wait_until
 from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
@@ -55,12 +55,7 @@ def spark_running(proc: StreambedProcess) -> int:
 
 def kill(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
     os.kill(pid, sig)
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "Z":  # ended; its parent has not reaped it yet
-            return
-        time.sleep(0.05)
+    assert gone(pid, 30), f"the JVM {pid} did not end on {sig.name}"
 
 
 def java_temp(jvm: int) -> Path:
