@@ -52,7 +52,8 @@ class Settings:
     )
     slot: str = _setting(
         "STREAMBED_SLOT",
-        "Logical replication slot (pgoutput). Created when missing; never dropped.",
+        "Logical replication slot (pgoutput). Created when missing; dropped only when the "
+        "source has invalidated it (then created again, and every table copied again).",
         "streambed",
     )
     include_tables: tuple[str, ...] = _setting(

@@ -29,6 +29,10 @@ class PostgresSource:
         # The snapshot of the slot when `prepare` created it (export_snapshot): the initial
         # copy runs under it; the copier takes it (and sets this back to None).
         self.initial_snapshot: SnapshotAnchor | None = None
+        # Whether `prepare` created the slot (and in place of an invalidated one): the lake's
+        # tables streamed from an earlier slot must then be copied again (the copier reads it).
+        self.slot_created = False
+        self.slot_replaced_lost = False
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
 
@@ -42,6 +46,7 @@ class PostgresSource:
             slot = setup.ensure_slot(
                 conn, replication, self.settings.slot, export_snapshot=self.export_snapshot
             )
+            self.slot_created, self.slot_replaced_lost = slot.created, slot.replaced_lost
             if slot.snapshot_name is not None and slot.consistent_point is not None:
                 # Imported before the replication connection runs another command (or
                 # closes), which would end the exported snapshot.

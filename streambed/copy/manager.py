@@ -35,6 +35,10 @@ The rules the pipeline follows through this class:
   resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
 - At start, copies a crash interrupted are either found committed (their files are live in
   the lake table: the table becomes `ready`) or their files are removed (`pending`).
+- A start that creates the slot while tables are `ready` (the earlier slot was dropped,
+  invalidated by the source, or is not on the server the source failed over to) copies
+  every table again: the changes between the lake's frontiers and the new slot are in no
+  slot any more.
 
 Copies run on a background thread (Spark jobs, up to `max_parallel` tables at once); the
 pipeline's thread only calls `start`, `relation`, `blocked`, `due` and `step`.
@@ -202,6 +206,8 @@ class CopyManager:
             )
         finally:
             conn.close()
+        if getattr(source, "slot_created", False):
+            self._copy_streamed_again(bool(getattr(source, "slot_replaced_lost", False)))
         needed: list[Name] = []
         for t in published:
             current = self.state.table(t.schema, t.name)
@@ -217,6 +223,34 @@ class CopyManager:
             self._submit(tuple(needed), anchor, position)
         elif anchor is not None:
             anchor.close()
+
+    def _copy_streamed_again(self, replaced_lost: bool) -> None:
+        """The slot was created just now, but tables are `ready`: the lake holds what an
+        earlier slot streamed, up to each table's frontier. The changes between those
+        frontiers and the new slot are in no slot (the old one was dropped, invalidated, or
+        not on the server the source failed over to), so every such table is copied again."""
+        streamed = [t for t in self.state.tables() if t.status == "ready"]
+        if not streamed:
+            return
+        why = (
+            "the source invalidated the earlier slot"
+            if replaced_lost
+            else "the earlier slot was dropped, or the source failed over to a server without it"
+        )
+        frontiers = [t.frontier_lsn for t in streamed if t.frontier_lsn is not None]
+        log(
+            logger,
+            "the replication slot is new, but the lake holds tables streamed from an earlier "
+            "one: the changes in between are lost to the stream, so every table is copied again",
+            logging.WARNING,
+            slot=self.settings.slot,
+            why=why,
+            tables=len(streamed),
+            lake_frontier=format_lsn(max(frontiers)) if frontiers else "none",
+            new_slot_at=format_lsn(self._position),
+        )
+        for t in streamed:
+            self.state.register(t.schema, t.name, t.relation_id, "pending")
 
     def hold(self, stream: Any) -> HeldStream:
         return HeldStream(stream, self)

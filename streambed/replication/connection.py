@@ -48,6 +48,8 @@ _SETUP_PATTERNS = (
     "number of requested standby connections exceeds",
     "was not created in this database",
     "publication",
+    "has been invalidated",  # the slot lost WAL it needed (max_slot_wal_keep_size)
+    "can no longer get changes from replication slot",  # the same, Postgres 17
 )
 _UNREACHABLE_PATTERNS = (
     "connection refused",
@@ -111,6 +113,18 @@ def _fix(kind: Kind, detail: str, user: str) -> str:
                 "another client is streaming from this slot: stop it, or use another "
                 "STREAMBED_SLOT; if a previous streambed process just died, the source frees "
                 "the slot after wal_sender_timeout"
+            )
+        if "invalidated" in text or "can no longer get changes" in text:
+            return (
+                "the source removed WAL the slot still held (it held more than "
+                "max_slot_wal_keep_size allows), so changes the lake had not received are "
+                "gone; start streambed again: it replaces the invalidated slot and copies "
+                "every table again"
+            )
+        if "replication slot" in text and "does not exist" in text:
+            return (
+                "the slot was dropped, or the source failed over to a server without it; "
+                "start streambed again: it creates the slot and copies every table again"
             )
         if "all replication slots are in use" in text or "replication slots can only" in text:
             return "raise max_replication_slots on the source and restart Postgres"

@@ -1,8 +1,9 @@
 """Source setup and the catalog queries the pipeline needs.
 
 `check_source` verifies wal_level and the role's right to replicate; `ensure_publication` and
-`ensure_slot` create what is missing and report whether they did. Nothing here ever drops a
-publication or a slot: streambed only removes what an operator asks it to.
+`ensure_slot` create what is missing and report whether they did. Nothing here drops a
+publication, nor a slot, except streambed's own slot once the source has invalidated it
+(`wal_status = 'lost'`): the changes it held are gone, and it can never stream again.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class SlotResult:
     # until the replication connection that created it runs its next command or closes.
     consistent_point: int | None = None
     snapshot_name: str | None = None
+    replaced_lost: bool = False  # created in place of a slot the source had invalidated
 
 
 @dataclass(frozen=True)
@@ -193,10 +195,16 @@ def ensure_slot(
     `conn` (a SQL connection to the same database) looks the slot up; `replication` creates it.
     With `export_snapshot`, a created slot also returns the exported snapshot's name and the
     consistent point: copy under that snapshot, then stream from the consistent point.
-    An existing slot of another plugin or database is a SOURCE_SETUP error.
+    An existing slot of another plugin or database is a SOURCE_SETUP error. streambed's slot
+    when the source has invalidated it (it held more WAL than `max_slot_wal_keep_size`
+    allows) is dropped and created again: it can never stream again.
     """
     check_name(slot, "STREAMBED_SLOT")
     existing = _slot_row(conn, slot)
+    replaced = False
+    if existing is not None and existing[3] == "lost" and _ours(conn, existing):
+        _drop_lost(conn, slot)
+        existing, replaced = None, True
     if existing is None:
         try:
             created: CreatedSlot = replication.create_slot(slot, export_snapshot=export_snapshot)
@@ -213,9 +221,10 @@ def ensure_slot(
                 created=True,
                 consistent_point=created.consistent_point,
                 snapshot_name=created.snapshot_name,
+                replaced_lost=replaced,
             )
-    plugin, slot_type, database = existing
-    if slot_type != "logical" or plugin != "pgoutput" or database != conn.info.dbname:
+    plugin, slot_type, database, _ = existing
+    if not _ours(conn, existing):
         raise SourceError(
             f"replication slot {slot} exists but is a {slot_type} slot of plugin {plugin} in "
             f"database {database}; streambed needs a logical pgoutput slot in database "
@@ -227,13 +236,36 @@ def ensure_slot(
 
 
 def _slot_row(conn: SQLConnection, slot: str) -> tuple[Any, ...] | None:
+    """(plugin, slot type, database, wal_status) of the slot named `slot`, if it exists."""
     rows = _run(
         conn,
-        "SELECT plugin, slot_type, database FROM pg_replication_slots WHERE slot_name = %s",
+        "SELECT plugin, slot_type, database, wal_status FROM pg_replication_slots "
+        "WHERE slot_name = %s",
         (slot,),
         action="reading replication slots",
     )
     return rows[0] if rows else None
+
+
+def _ours(conn: SQLConnection, row: tuple[Any, ...]) -> bool:
+    """Whether a slot row is one streambed streams from: logical, pgoutput, this database."""
+    plugin, slot_type, database, _ = row
+    return bool(slot_type == "logical" and plugin == "pgoutput" and database == conn.info.dbname)
+
+
+def _drop_lost(conn: SQLConnection, slot: str) -> None:
+    logger.warning(
+        "replication slot invalidated by the source; dropping it to create it again",
+        extra={
+            "fields": {
+                "slot": slot,
+                "why": "it held more WAL than the source's max_slot_wal_keep_size allows, so "
+                "the source removed changes the lake had not received; every table is "
+                "copied again",
+            }
+        },
+    )
+    _run(conn, "SELECT pg_drop_replication_slot(%s)", (slot,), action="dropping the lost slot")
 
 
 # ---- catalog ---------------------------------------------------------------------------

@@ -76,6 +76,33 @@ def test_classify(detail: str, kind: Kind) -> None:
     assert classify(detail) is kind
 
 
+@pytest.mark.parametrize(
+    ("detail", "fix"),
+    [
+        (
+            'cannot read from logical replication slot "streambed" DETAIL:  This slot has been '
+            "invalidated because it exceeded the maximum reserved size.",
+            "replaces the invalidated slot and copies every table again",
+        ),
+        (
+            'can no longer get changes from replication slot "streambed" DETAIL:  This slot has '
+            "been invalidated because it exceeded the maximum reserved size.",
+            "replaces the invalidated slot and copies every table again",
+        ),
+        (
+            'replication slot "streambed" does not exist',
+            "creates the slot and copies every table again",
+        ),
+    ],
+)
+def test_a_slot_that_cannot_stream_stops_with_the_way_back(detail: str, fix: str) -> None:
+    """Retrying cannot bring back an invalidated or dropped slot: the error is not
+    transient, and it says that starting again recovers (by copying every table)."""
+    error = source_error("postgresql://u@h/db", "starting replication from slot streambed", detail)
+    assert error.kind is Kind.SOURCE_SETUP
+    assert fix in str(error)
+
+
 def test_source_error_hides_the_password_everywhere() -> None:
     url = "postgresql://alice:hunter2@db:5432/app"
     error = source_error(url, "connecting", "weird server text mentioning hunter2")

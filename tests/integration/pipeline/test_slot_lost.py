@@ -1,0 +1,148 @@
+"""The slot no longer holds what the lake needs: dropped (by hand, or a failover to a server
+without it) or invalidated by the source (`max_slot_wal_keep_size`). The next start copies
+every table again, so the lake equals the source; a running process stops rather than
+retry a slot that can never stream again."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
+from tests.integration.pipeline.conftest import Deployment, deployment
+from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
+
+pytestmark = pytest.mark.integration
+
+COPIED_AGAIN = "every table is copied again"
+CHANGES = (
+    "UPDATE ints SET name = 'later' WHERE id % 3 = 0",
+    "DELETE FROM pairs WHERE a = 2",
+    "INSERT INTO ints SELECT g, 'later', g, now() FROM generate_series(2001, 2500) g",
+    "UPDATE ints SET id = id + 10000 WHERE id BETWEEN 10 AND 20",
+    "INSERT INTO shop.words VALUES ('later', 7, 'x')",
+)
+
+
+def _fill(d: Deployment) -> None:
+    """The schema and rows, streamed into the lake by a first run that then stops."""
+    execute(d.url, SCHEMA)
+    start(d)
+    execute(
+        d.url,
+        "INSERT INTO ints SELECT g, 'v1', g, now() FROM generate_series(1, 2000) g",
+        "INSERT INTO pairs SELECT g % 10, 'k' || g, 'v1' FROM generate_series(1, 300) g",
+        "INSERT INTO shop.words SELECT 'w' || g, g, 'v1' FROM generate_series(1, 100) g",
+    )
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+
+
+def _wal_status(url: str) -> str | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'streambed'"
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_a_dropped_slot_copies_every_table_again(local_deployment: Deployment) -> None:
+    """Before, the new slot's stream started at its creation and the tables kept their
+    frontiers: the changes made while no slot existed were silently missing."""
+    d = local_deployment
+    _fill(d)
+    assert d.proc.stop() == 0
+    execute(d.url, "SELECT pg_drop_replication_slot('streambed')", *CHANGES)
+    start(d)
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+    logs = d.proc.logs()
+    assert COPIED_AGAIN in logs
+    assert "the earlier slot was dropped" in logs
+    # Streaming goes on from the new slot.
+    execute(d.url, "UPDATE pairs SET v = 'after' WHERE a = 5")
+    wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+    assert d.proc.stop() == 0
+
+
+@pytest.fixture
+def small_wal_server() -> Iterator[ThrowawayPostgres]:
+    """A server that keeps at most 32 MB of WAL for a slot (its own: the setting would
+    invalidate the other tests' slots too)."""
+    with ThrowawayPostgres(
+        settings={"max_slot_wal_keep_size": "32MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}
+    ) as server:
+        yield server
+
+
+def _invalidate_slot(server: ThrowawayPostgres, url: str) -> None:
+    """Write WAL and checkpoint until the source invalidates the slot. The WAL is written
+    in another database, whose changes the slot's decoding skips: nothing is sent to a
+    paused client, whose full socket would keep its walsender from ending."""
+    server.create_database("fill")
+    with psycopg.connect(server.url("fill"), autocommit=True) as conn:
+        for _ in range(40):
+            for _ in range(16):
+                conn.execute("SELECT pg_logical_emit_message(false, 'fill', repeat('x', 1 << 20))")
+            conn.execute("CHECKPOINT")
+            if _wal_status(url) == "lost":
+                return
+    raise AssertionError(f"the slot was not invalidated: wal_status {_wal_status(url)}")
+
+
+def test_an_invalidated_slot_stops_the_run_and_the_next_start_copies_again(
+    small_wal_server: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    """The process is paused (as a stalled or overloaded one would be) while the source
+    writes more WAL than the slot may keep: the source invalidates the slot and ends its
+    walsender. Before, streambed then retried `cannot read from logical replication slot`
+    forever, saying to check host and port."""
+    d = deployment(PgDatabase(small_wal_server, "postgres"), tmp_path)
+    try:
+        _fill(d)
+        assert d.proc.proc is not None
+        os.kill(d.proc.proc.pid, signal.SIGSTOP)
+        try:
+            execute(d.url, *CHANGES)
+            _invalidate_slot(small_wal_server, d.url)
+        finally:
+            os.kill(d.proc.proc.pid, signal.SIGCONT)
+        assert d.proc.wait(timeout=120) == 3
+        logs = d.proc.logs()
+        assert "This slot has been invalidated" in logs
+        assert "it replaces the invalidated slot and copies every table again" in logs
+        assert "source not ready, retrying" not in logs
+
+        d.proc.start()
+        wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+        logs = d.proc.logs()
+        assert "replication slot invalidated by the source; dropping it" in logs
+        assert "the source invalidated the earlier slot" in logs
+        assert _wal_status(d.url) in ("reserved", "extended")
+        execute(d.url, "DELETE FROM ints WHERE id < 100")
+        wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+        assert d.proc.stop() == 0
+    finally:
+        d.proc.kill()
+
+
+def test_a_slot_invalidated_while_stopped_is_replaced_at_start(
+    small_wal_server: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    d = deployment(PgDatabase(small_wal_server, "postgres"), tmp_path)
+    try:
+        _fill(d)
+        assert d.proc.stop() == 0
+        execute(d.url, *CHANGES)
+        _invalidate_slot(small_wal_server, d.url)
+        d.proc.start()
+        wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+        assert COPIED_AGAIN in d.proc.logs()
+        wait_until(lambda: _wal_status(d.url) != "lost", 30, "a new slot", d.proc)
+        assert d.proc.stop() == 0
+    finally:
+        d.proc.kill()
