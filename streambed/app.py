@@ -7,6 +7,7 @@ tests and benchmarks may call `build_pipeline` to drive the loop in-process.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -257,18 +258,71 @@ def sweep(settings: Settings, older_than: float | None, *, dry_run: bool, out: T
 
 
 def status(settings: Settings) -> str:
+    """The tables' states and frontiers (the state store), then the slot as the source
+    sees it (`slot_lines`)."""
     state = StateStore(settings.state_path)
     try:
+        tables = state.tables()
         lines = [f"{'table':40} {'status':8} {'frontier':>18}  updated"]
-        for t in state.tables():
+        for t in tables:
             frontier = format_lsn(t.frontier_lsn) if t.frontier_lsn is not None else "-"
             lines.append(f"{t.qualified:40} {t.status:8} {frontier:>18}  {t.updated_at}")
         mark = state.latest_watermark()
         if mark is not None:
             lines.append(f"watermark {format_lsn(mark.lsn)} at {mark.committed_at}")
+        lines.extend(slot_lines(settings, streamed=any(t.status == "ready" for t in tables)))
         return "\n".join(lines) + "\n"
     finally:
         state.close()
+
+
+def slot_lines(settings: Settings, *, streamed: bool) -> list[str]:
+    """The slot: whether a client streams from it, the WAL it holds, how much more the
+    source lets it hold before invalidating it, and what a missing or invalidated slot
+    means for the lake (`streamed`: tables were streamed from it)."""
+    from streambed.errors import SourceError
+    from streambed.replication import setup
+    from streambed.replication.connection import sql_connect
+
+    slot = settings.slot
+    try:
+        with sql_connect(settings.source_url, timeout=5) as conn:
+            health = setup.slot_health(conn, slot)
+    except SourceError as e:
+        return [f"slot {slot}: cannot ask the source: {e}"]
+    if health is None:
+        return [
+            f"slot {slot}: missing"
+            + (": the next start creates it and copies every table again" if streamed else "")
+        ]
+    line = (
+        f"slot {slot}: {'streaming' if health.active else 'idle'}, wal_status "
+        f"{health.wal_status}, {_size(health.unacknowledged)} not acknowledged, "
+        f"{_size(health.retained)} of WAL retained"
+    )
+    if health.safe_wal_size is not None:
+        line += f", {_size(health.safe_wal_size)} more before the source may invalidate it"
+    lines = [line]
+    if health.wal_status == "lost":
+        lines.append(
+            f"slot {slot}: invalidated by the source (max_slot_wal_keep_size); the next start "
+            "replaces it and copies every table again"
+        )
+    elif health.wal_status == "unreserved":
+        lines.append(
+            f"slot {slot}: beyond max_slot_wal_keep_size; the source invalidates it at its "
+            "next checkpoint unless streambed catches up"
+        )
+    return lines
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "unknown"
+    if count < 1024:
+        return f"{count} bytes"
+    exponent = min(3, int(math.log(count, 1024)))
+    return f"{count / 1024**exponent:.1f} {('kB', 'MB', 'GB')[exponent - 1]}"
 
 
 def _stop_spark() -> None:

@@ -59,6 +59,19 @@ class SlotPosition:
 
 
 @dataclass(frozen=True)
+class SlotHealth:
+    """What the source says of a slot (`streambed status`). Byte counts are from the
+    source's current WAL position; `safe_wal_size` is None when `max_slot_wal_keep_size`
+    is unlimited."""
+
+    active: bool
+    wal_status: str | None  # reserved, extended, unreserved, lost
+    unacknowledged: int | None  # bytes of WAL after the confirmed position
+    retained: int | None  # bytes of WAL the slot keeps the source from removing
+    safe_wal_size: int | None  # bytes more before the source may invalidate it
+
+
+@dataclass(frozen=True)
 class PublishedTable:
     schema: str
     name: str
@@ -360,6 +373,26 @@ def _index_columns(conn: SQLConnection, relation_id: int, flag: str) -> tuple[st
 def current_wal_lsn(conn: SQLConnection) -> int:
     rows = _run(conn, "SELECT pg_current_wal_lsn()::text", action="reading the current WAL LSN")
     return parse_lsn(rows[0][0])
+
+
+def slot_health(conn: SQLConnection, slot: str) -> SlotHealth | None:
+    """The slot's state and the WAL it holds; None when it does not exist."""
+    rows = _run(
+        conn,
+        """
+        SELECT active, wal_status,
+               pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
+               pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+               safe_wal_size
+        FROM pg_replication_slots WHERE slot_name = %s
+        """,
+        (slot,),
+        action="reading the replication slot",
+    )
+    if not rows:
+        return None
+    active, wal_status, unacknowledged, retained, safe = rows[0]
+    return SlotHealth(bool(active), wal_status, unacknowledged, retained, safe)
 
 
 def slot_position(conn: SQLConnection, slot: str) -> SlotPosition | None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,13 +53,33 @@ def _wal_status(url: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def _status(d: Deployment) -> str:
+    """`streambed status`'s output (it must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "streambed.cli", "status"],
+        env=d.proc.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_dropped_slot_copies_every_table_again(local_deployment: Deployment) -> None:
     """Before, the new slot's stream started at its creation and the tables kept their
     frontiers: the changes made while no slot existed were silently missing."""
     d = local_deployment
     _fill(d)
     assert d.proc.stop() == 0
+    shown = _status(d)
+    assert all(f"{t:40} ready" in shown for t in TABLES), shown
+    assert "slot streambed: idle, wal_status reserved, " in shown
     execute(d.url, "SELECT pg_drop_replication_slot('streambed')", *CHANGES)
+    assert "slot streambed: missing: the next start creates it and copies every table again" in (
+        _status(d)
+    )
     start(d)
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
     logs = d.proc.logs()
@@ -137,8 +159,10 @@ def test_a_slot_invalidated_while_stopped_is_replaced_at_start(
     try:
         _fill(d)
         assert d.proc.stop() == 0
+        assert "more before the source may invalidate it" in _status(d)
         execute(d.url, *CHANGES)
         _invalidate_slot(small_wal_server, d.url)
+        assert "invalidated by the source (max_slot_wal_keep_size)" in _status(d)
         d.proc.start()
         wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
         assert COPIED_AGAIN in d.proc.logs()
