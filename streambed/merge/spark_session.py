@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -150,6 +151,8 @@ def _jvm_ended(session: SparkSession, *, wait: float = 0.0) -> bool:
     except subprocess.TimeoutExpired:
         return False
     how = f"signal {-code}" if code < 0 else f"exit code {code}"
+    if code == -signal.SIGKILL:
+        how += " (if nothing else sent it, the kernel's out-of-memory killer: `dmesg` says)"
     log.warning("spark's JVM (pid %s) ended with %s", process.pid, how)
     return True
 

@@ -94,6 +94,7 @@ def test_streaming_goes_on_after_spark_is_killed(
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
     logs = d.proc.logs()
     assert ENDED.format(pid=jvm, how=f"signal {int(signal.SIGKILL)}") in logs
+    assert "the kernel's out-of-memory killer: `dmesg` says" in logs  # SIGKILL's likely sender
     assert AGAIN in logs
     assert RETRYING in logs  # the merge the kill broke failed once, on the dead JVM
     again = spark_running(d.proc)
