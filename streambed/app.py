@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from streambed.config import Settings
+from streambed.errors import StateError
 from streambed.lake.catalog import is_rest, open_catalog
 from streambed.lake.expire import Retention
 from streambed.lake.source_catalog import PostgresCatalog
@@ -75,6 +76,7 @@ def build_pipeline(
     )
     reconcile(state, sink)
     source = PostgresSource(settings, export_snapshot=copy)
+    source.before_new_slot = _new_slot(settings, state, copy=copy)
     pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit)
 
     def recover() -> None:  # after a storage failure, before streaming again
@@ -85,6 +87,24 @@ def build_pipeline(
     if copy:
         pipeline.copier = _copier(settings, state, sink, pipeline)
     return Runtime(settings, state, sink, source, pipeline)
+
+
+def _new_slot(settings: Settings, state: StateStore, *, copy: bool) -> Callable[[bool], None]:
+    """What happens before the slot is created: tables streamed from an earlier slot are
+    copied again (`copy.manager.copy_streamed_again`); without copies, that is an error."""
+
+    def before(replaced_lost: bool) -> None:
+        if copy:
+            from streambed.copy.manager import copy_streamed_again
+
+            copy_streamed_again(state, settings.slot, replaced_lost)
+        elif any(t.status == "ready" for t in state.tables()):
+            raise StateError(
+                f"the replication slot {settings.slot} is gone, but the lake holds tables "
+                "streamed from it; only a start that copies tables can bring them back"
+            )
+
+    return before
 
 
 def reconcile(state: StateStore, sink: IcebergSink) -> None:

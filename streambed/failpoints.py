@@ -26,6 +26,7 @@ KNOWN = frozenset(
         "after_table_commit",
         "during_copy",
         "after_copy_commit",
+        "after_slot_created",
         "copy_leftover_file",
         "expire_copy_snapshot",
         "kill_start_snapshot",

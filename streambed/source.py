@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -11,6 +12,7 @@ from streambed.changes import TableKey
 from streambed.config import Settings
 from streambed.copy.snapshot import SnapshotAnchor
 from streambed.errors import Kind, SchemaError, SourceError
+from streambed.failpoints import failpoint
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
 from streambed.replication.connection import ReplicationConnection, sql_connect
@@ -29,10 +31,9 @@ class PostgresSource:
         # The snapshot of the slot when `prepare` created it (export_snapshot): the initial
         # copy runs under it; the copier takes it (and sets this back to None).
         self.initial_snapshot: SnapshotAnchor | None = None
-        # Whether `prepare` created the slot (and in place of an invalidated one): the lake's
-        # tables streamed from an earlier slot must then be copied again (the copier reads it).
-        self.slot_created = False
-        self.slot_replaced_lost = False
+        # Called before the slot is created, with whether it replaces an invalidated one
+        # (`streambed.app`: tables streamed from an earlier slot are to be copied again).
+        self.before_new_slot: Callable[[bool], None] | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
 
@@ -44,9 +45,14 @@ class PostgresSource:
         url = self.settings.source_url
         with ReplicationConnection.connect(url) as replication:
             slot = setup.ensure_slot(
-                conn, replication, self.settings.slot, export_snapshot=self.export_snapshot
+                conn,
+                replication,
+                self.settings.slot,
+                export_snapshot=self.export_snapshot,
+                before_create=self.before_new_slot,
             )
-            self.slot_created, self.slot_replaced_lost = slot.created, slot.replaced_lost
+            if slot.created:
+                failpoint("after_slot_created")  # the crash test: before anything else runs
             if slot.snapshot_name is not None and slot.consistent_point is not None:
                 # Imported before the replication connection runs another command (or
                 # closes), which would end the exported snapshot.

@@ -206,8 +206,6 @@ class CopyManager:
             )
         finally:
             conn.close()
-        if getattr(source, "slot_created", False):
-            self._copy_streamed_again(bool(getattr(source, "slot_replaced_lost", False)))
         needed: list[Name] = []
         for t in published:
             current = self.state.table(t.schema, t.name)
@@ -223,34 +221,6 @@ class CopyManager:
             self._submit(tuple(needed), anchor, position)
         elif anchor is not None:
             anchor.close()
-
-    def _copy_streamed_again(self, replaced_lost: bool) -> None:
-        """The slot was created just now, but tables are `ready`: the lake holds what an
-        earlier slot streamed, up to each table's frontier. The changes between those
-        frontiers and the new slot are in no slot (the old one was dropped, invalidated, or
-        not on the server the source failed over to), so every such table is copied again."""
-        streamed = [t for t in self.state.tables() if t.status == "ready"]
-        if not streamed:
-            return
-        why = (
-            "the source invalidated the earlier slot"
-            if replaced_lost
-            else "the earlier slot was dropped, or the source failed over to a server without it"
-        )
-        frontiers = [t.frontier_lsn for t in streamed if t.frontier_lsn is not None]
-        log(
-            logger,
-            "the replication slot is new, but the lake holds tables streamed from an earlier "
-            "one: the changes in between are lost to the stream, so every table is copied again",
-            logging.WARNING,
-            slot=self.settings.slot,
-            why=why,
-            tables=len(streamed),
-            lake_frontier=format_lsn(max(frontiers)) if frontiers else "none",
-            new_slot_at=format_lsn(self._position),
-        )
-        for t in streamed:
-            self.state.register(t.schema, t.name, t.relation_id, "pending")
 
     def hold(self, stream: Any) -> HeldStream:
         return HeldStream(stream, self)
@@ -707,6 +677,33 @@ class CopyManager:
     def _finish_all(self, names: tuple[Name, ...], error: StreambedError) -> None:
         for name in names:
             self._fail(name, error)
+
+
+def copy_streamed_again(state: StateStore, slot: str, replaced_lost: bool) -> None:
+    """Before the slot is created while tables are `ready`: the lake holds what an earlier
+    slot streamed, up to each table's frontier, and the changes after those frontiers are
+    in no slot (the old one was dropped, invalidated, or is not on the server the source
+    failed over to). Every such table goes back to `pending`, so it is copied again under
+    the new slot's snapshot; done before the slot exists, so that a crash in between
+    cannot leave them `ready` beside a slot that no longer looks new."""
+    streamed = [t for t in state.tables() if t.status == "ready"]
+    if not streamed:
+        return
+    frontiers = [t.frontier_lsn for t in streamed if t.frontier_lsn is not None]
+    log(
+        logger,
+        "the replication slot is new, but the lake holds tables streamed from an earlier "
+        "one: the changes in between are lost to the stream, so every table is copied again",
+        logging.WARNING,
+        slot=slot,
+        why="the source invalidated the earlier slot"
+        if replaced_lost
+        else "the earlier slot was dropped, or the source failed over to a server without it",
+        tables=len(streamed),
+        lake_frontier=format_lsn(max(frontiers)) if frontiers else "none",
+    )
+    for t in streamed:
+        state.register(t.schema, t.name, t.relation_id, "pending")
 
 
 def copy_error(error: Exception) -> StreambedError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,6 @@ class SlotResult:
     # until the replication connection that created it runs its next command or closes.
     consistent_point: int | None = None
     snapshot_name: str | None = None
-    replaced_lost: bool = False  # created in place of a slot the source had invalidated
 
 
 @dataclass(frozen=True)
@@ -202,6 +201,7 @@ def ensure_slot(
     slot: str,
     *,
     export_snapshot: bool = False,
+    before_create: Callable[[bool], None] | None = None,
 ) -> SlotResult:
     """Create the pgoutput slot `slot` unless it exists.
 
@@ -210,14 +210,20 @@ def ensure_slot(
     consistent point: copy under that snapshot, then stream from the consistent point.
     An existing slot of another plugin or database is a SOURCE_SETUP error. streambed's slot
     when the source has invalidated it (it held more WAL than `max_slot_wal_keep_size`
-    allows) is dropped and created again: it can never stream again.
+    allows) is dropped and created again: it can never stream again. `before_create` is
+    called, with whether the slot replaces an invalidated one, before a slot is created
+    (and before an invalidated one is dropped): what must be durable before the slot
+    exists, since a crash after it would find the slot and never know it was new.
     """
     check_name(slot, "STREAMBED_SLOT")
     existing = _slot_row(conn, slot)
-    replaced = False
     if existing is not None and existing[3] == "lost" and _ours(conn, existing):
+        if before_create is not None:
+            before_create(True)
         _drop_lost(conn, slot)
-        existing, replaced = None, True
+        existing = None
+    elif existing is None and before_create is not None:
+        before_create(False)
     if existing is None:
         try:
             created: CreatedSlot = replication.create_slot(slot, export_snapshot=export_snapshot)
@@ -234,7 +240,6 @@ def ensure_slot(
                 created=True,
                 consistent_point=created.consistent_point,
                 snapshot_name=created.snapshot_name,
-                replaced_lost=replaced,
             )
     plugin, slot_type, database, _ = existing
     if not _ours(conn, existing):

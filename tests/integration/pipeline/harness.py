@@ -29,6 +29,9 @@ class StreambedProcess:
         self.env = {**os.environ, **env}
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        # A session of its own: a test that stops the process (SIGSTOP) stops nothing of
+        # the test runner's process group or job.
+        self.new_session = False
 
     def start(self, extra_env: Mapping[str, str] | None = None) -> StreambedProcess:
         env = {**self.env, **(extra_env or {})}
@@ -38,6 +41,7 @@ class StreambedProcess:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=self.new_session,
         )
         log.close()
         return self

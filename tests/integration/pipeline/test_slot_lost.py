@@ -80,6 +80,10 @@ def test_a_dropped_slot_copies_every_table_again(local_deployment: Deployment) -
     assert "slot streambed: missing: the next start creates it and copies every table again" in (
         _status(d)
     )
+    # Killed right after the slot is created: the next start finds the slot, so the tables
+    # must have been marked for copying before it was made.
+    d.proc.start({"STREAMBED_FAILPOINTS": "after_slot_created"})
+    assert d.proc.wait(timeout=120) == -signal.SIGKILL
     start(d)
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
     logs = d.proc.logs()
@@ -124,6 +128,7 @@ def test_an_invalidated_slot_stops_the_run_and_the_next_start_copies_again(
     walsender. Before, streambed then retried `cannot read from logical replication slot`
     forever, saying to check host and port."""
     d = deployment(PgDatabase(small_wal_server, "postgres"), tmp_path)
+    d.proc.new_session = True
     try:
         _fill(d)
         assert d.proc.proc is not None
