@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from streambed.config import Settings
-from streambed.errors import StateError
+from streambed.errors import SourceError, StateError
 from streambed.lake.catalog import is_rest, open_catalog
 from streambed.lake.expire import Retention
 from streambed.lake.source_catalog import PostgresCatalog
 from streambed.lake.storage import check_writable
 from streambed.lsn import format_lsn
 from streambed.pipeline import Pipeline
+from streambed.replication import setup
+from streambed.replication.connection import sql_connect
 from streambed.sink import IcebergSink
 from streambed.source import PostgresSource
 from streambed.state.store import StateStore
@@ -300,10 +302,6 @@ def slot_lines(settings: Settings, *, streamed: bool) -> list[str]:
     """The slot: whether a client streams from it, the WAL it holds, how much more the
     source lets it hold before invalidating it, and what a missing or invalidated slot
     means for the lake (`streamed`: tables were streamed from it)."""
-    from streambed.errors import SourceError
-    from streambed.replication import setup
-    from streambed.replication.connection import sql_connect
-
     slot = settings.slot
     try:
         with sql_connect(settings.source_url, timeout=5) as conn:

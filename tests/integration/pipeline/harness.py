@@ -109,6 +109,15 @@ def slot_confirmed(url: str, slot: str = "streambed") -> str | None:
     return None if row is None else row[0]
 
 
+def slot_wal_status(url: str, slot: str = "streambed") -> str | None:
+    """The slot's wal_status (reserved, extended, unreserved, lost); None if it is gone."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def normalize(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC)

@@ -17,7 +17,11 @@ import pytest
 
 from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
 from tests.integration.pipeline.conftest import Deployment, deployment
-from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+from tests.integration.pipeline.harness import (
+    slot_wal_status,
+    wait_lake_equals_source,
+    wait_until,
+)
 from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
 
 pytestmark = pytest.mark.integration
@@ -43,14 +47,6 @@ def _fill(d: Deployment) -> None:
         "INSERT INTO shop.words SELECT 'w' || g, g, 'v1' FROM generate_series(1, 100) g",
     )
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
-
-
-def _wal_status(url: str) -> str | None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'streambed'"
-        ).fetchone()
-    return None if row is None else str(row[0])
 
 
 def _status(d: Deployment) -> str:
@@ -115,9 +111,9 @@ def _invalidate_slot(server: ThrowawayPostgres, url: str) -> None:
             for _ in range(16):
                 conn.execute("SELECT pg_logical_emit_message(false, 'fill', repeat('x', 1 << 20))")
             conn.execute("CHECKPOINT")
-            if _wal_status(url) == "lost":
+            if slot_wal_status(url) == "lost":
                 return
-    raise AssertionError(f"the slot was not invalidated: wal_status {_wal_status(url)}")
+    raise AssertionError(f"the slot was not invalidated: wal_status {slot_wal_status(url)}")
 
 
 def test_an_invalidated_slot_stops_the_run_and_the_next_start_copies_again(
@@ -149,7 +145,7 @@ def test_an_invalidated_slot_stops_the_run_and_the_next_start_copies_again(
         logs = d.proc.logs()
         assert "replication slot invalidated by the source; dropping it" in logs
         assert "the source invalidated the earlier slot" in logs
-        assert _wal_status(d.url) in ("reserved", "extended")
+        assert slot_wal_status(d.url) in ("reserved", "extended")
         execute(d.url, "DELETE FROM ints WHERE id < 100")
         wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
         assert d.proc.stop() == 0
@@ -171,7 +167,7 @@ def test_a_slot_invalidated_while_stopped_is_replaced_at_start(
         d.proc.start()
         wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
         assert COPIED_AGAIN in d.proc.logs()
-        wait_until(lambda: _wal_status(d.url) != "lost", 30, "a new slot", d.proc)
+        wait_until(lambda: slot_wal_status(d.url) != "lost", 30, "a new slot", d.proc)
         assert d.proc.stop() == 0
     finally:
         d.proc.kill()
