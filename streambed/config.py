@@ -25,9 +25,12 @@ from streambed.failpoints import unknown_names
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PREFIX = "STREAMBED_"
-OTHER_VARIABLES = frozenset({"STREAMBED_FAILPOINTS", "STREAMBED_PSQL", "STREAMBED_PASSWORD"})
+OTHER_VARIABLES = frozenset(
+    {"STREAMBED_FAILPOINTS", "STREAMBED_PSQL", "STREAMBED_PASSWORD", "STREAMBED_WORKER_GC_FULL"}
+)
 """`STREAMBED_*` variables that are not settings, read where they are used: failpoints
-(tests), the copy's psql (docs/initial-copy.md), the password of the SCRAM verifier helper."""
+(tests), the copy's psql (docs/initial-copy.md), the password of the SCRAM verifier helper,
+Spark workers' full collections (for measuring, `streambed.merge.worker_heap`)."""
 
 
 def _setting(env: str, help: str, default: Any = dataclasses.MISSING, secret: bool = False) -> Any:

@@ -61,6 +61,7 @@ from streambed.lake.output import (
 )
 from streambed.lake.types import column_type
 from streambed.merge.pyarrow_source import conform, decode_schema, filesystem
+from streambed.merge.worker_heap import settle
 from streambed.pgoutput.messages import RelationColumn
 
 logger = logging.getLogger("streambed.copy")
@@ -84,6 +85,7 @@ def copy_partition(
 ) -> Iterator[Written]:
     """A Spark task: copy the partition's ranges, `(index, first block, end block)` each
     (one per partition), as `options` describe; yields each written file."""
+    settle()
     for index, start, end in ranges:
         yield from copy_range(options, index, start, end)
 

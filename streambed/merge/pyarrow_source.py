@@ -51,6 +51,7 @@ from pyspark.sql.types import StructType
 
 from streambed.config import Settings
 from streambed.lake.output import TaskOutput
+from streambed.merge.worker_heap import settle
 
 NAME = "streambed_parquet"
 MANIFEST_DIR = "_streambed"
@@ -214,6 +215,7 @@ class _Reader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _FilePartition)
+        settle()
         target = pa.schema(
             [
                 pa.field(f.name, spark_arrow_type(f.type), True, f.metadata)
@@ -236,6 +238,7 @@ class _Writer(DataSourceArrowWriter):
         self.max_rows = int(options.get("max_rows_per_file", "1000000"))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
+        settle()
         fs, base = filesystem(self.output_dir, self.options)
         output = TaskOutput(
             fs,
