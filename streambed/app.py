@@ -7,7 +7,6 @@ tests and benchmarks may call `build_pipeline` to drive the loop in-process.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from streambed.lsn import format_lsn
 from streambed.pipeline import Pipeline
 from streambed.replication import setup
 from streambed.replication.connection import sql_connect
+from streambed.replication.slot_watch import margin_warning, size_text
 from streambed.sink import IcebergSink
 from streambed.source import PostgresSource
 from streambed.state.store import StateStore
@@ -315,32 +315,21 @@ def slot_lines(settings: Settings, *, streamed: bool) -> list[str]:
         ]
     line = (
         f"slot {slot}: {'streaming' if health.active else 'idle'}, wal_status "
-        f"{health.wal_status}, {_size(health.unacknowledged)} not acknowledged, "
-        f"{_size(health.retained)} of WAL retained"
+        f"{health.wal_status}, {size_text(health.unacknowledged)} not acknowledged, "
+        f"{size_text(health.retained)} of WAL retained"
     )
     if health.safe_wal_size is not None:
-        line += f", {_size(health.safe_wal_size)} more before the source may invalidate it"
+        line += f", {size_text(health.safe_wal_size)} more before the source may invalidate it"
     lines = [line]
     if health.wal_status == "lost":
         lines.append(
             f"slot {slot}: invalidated by the source (max_slot_wal_keep_size); the next start "
             "replaces it and copies every table again"
         )
-    elif health.wal_status == "unreserved":
-        lines.append(
-            f"slot {slot}: beyond max_slot_wal_keep_size; the source invalidates it at its "
-            "next checkpoint unless streambed catches up"
-        )
+    warning = margin_warning(slot, health)
+    if warning is not None:
+        lines.append(f"warning: {warning}")
     return lines
-
-
-def _size(count: int | None) -> str:
-    if count is None:
-        return "unknown"
-    if count < 1024:
-        return f"{count} bytes"
-    exponent = min(3, int(math.log(count, 1024)))
-    return f"{count / 1024**exponent:.1f} {('kB', 'MB', 'GB')[exponent - 1]}"
 
 
 def _stop_spark() -> None:

@@ -193,7 +193,8 @@ class Settings:
     heartbeat_interval: float = _setting(
         "STREAMBED_HEARTBEAT_INTERVAL",
         "Seconds between heartbeat messages written to the source WAL so an idle slot advances; "
-        "0 turns heartbeats off.",
+        "0 turns heartbeats off. Also how often the slot's margin before "
+        "max_slot_wal_keep_size is read (every 60 s when heartbeats are off).",
         10.0,
     )
     status_interval: float = _setting(

@@ -17,6 +17,7 @@ from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
 from streambed.replication.connection import ReplicationConnection, sql_connect
 from streambed.replication.heartbeat import Heartbeat
+from streambed.replication.slot_watch import CHECK_SECONDS, SlotWatch
 from streambed.replication.stream import ReplicationStream
 
 logger = logging.getLogger("streambed.source")
@@ -36,6 +37,9 @@ class PostgresSource:
         self.before_new_slot: Callable[[bool], None] | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
+        self._slot_watch = SlotWatch(
+            settings.source_url, settings.slot, every=settings.heartbeat_interval or CHECK_SECONDS
+        )
 
     def prepare(self) -> None:
         """Check the source, then create the publication and slot when they are missing."""
@@ -107,9 +111,11 @@ class PostgresSource:
 
     def beat(self, now: float) -> None:
         self._heartbeat.maybe_beat(now)
+        self._slot_watch.start()  # once: the slot exists by the first beat
 
     def close(self) -> None:
         self._heartbeat.close()
+        self._slot_watch.close()
         self._drop()
 
     def _sql(self) -> psycopg.Connection[Any]:

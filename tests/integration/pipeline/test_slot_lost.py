@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,6 +169,54 @@ def test_a_slot_invalidated_while_stopped_is_replaced_at_start(
         wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
         assert COPIED_AGAIN in d.proc.logs()
         wait_until(lambda: slot_wal_status(d.url) != "lost", 30, "a new slot", d.proc)
+        assert d.proc.stop() == 0
+    finally:
+        d.proc.kill()
+
+
+def test_a_copy_holding_the_slot_near_its_limit_is_warned_about_in_time(
+    small_wal_server: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    """A table's copy holds the slot until it commits (here a resync whose copy waits for
+    a lock): while the source writes WAL, the warning comes before the slot is lost, and
+    `streambed status` shows it too. The copy then commits and the slot streams on."""
+    d = deployment(PgDatabase(small_wal_server, "postgres"), tmp_path)
+    d.proc.env["STREAMBED_HEARTBEAT_INTERVAL"] = "1"  # the slot is read at each heartbeat
+    small_wal_server.create_database("fill")
+    try:
+        _fill(d)
+        with psycopg.connect(d.url) as blocker, psycopg.connect(small_wal_server.url("fill")) as w:
+            w.autocommit = True
+            blocker.execute("LOCK TABLE ints IN ACCESS EXCLUSIVE MODE")  # the copy waits
+            done = subprocess.run(
+                [sys.executable, "-m", "streambed.cli", "resync", "public.ints"],
+                env=d.proc.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            wait_until(lambda: "resync requested" in d.proc.logs(), 60, "the resync", d.proc)
+            execute(d.url, *[c for c in CHANGES if "ints" not in c])  # held by the copy
+            for _ in range(24):  # 4 MB at a time, up to 96 MB: the limit is 32 MB
+                for _ in range(4):
+                    w.execute("SELECT pg_logical_emit_message(false, 'fill', repeat('x', 1 << 20))")
+                w.execute("CHECKPOINT")
+                if "raise max_slot_wal_keep_size on the source now" in d.proc.logs():
+                    break
+                time.sleep(1.5)  # a slot check
+            else:
+                raise AssertionError(
+                    "no warning before 96 MB of WAL: " + _status(d) + d.proc.logs()[-3000:]
+                )
+            assert slot_wal_status(d.url) != "lost"
+            assert "warning: slot streambed holds" in _status(d)
+            blocker.rollback()
+        execute(d.url, *[c for c in CHANGES if "ints" in c])
+        wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
+        assert slot_wal_status(d.url) != "lost"
+        assert d.proc.running
         assert d.proc.stop() == 0
     finally:
         d.proc.kill()
