@@ -50,7 +50,7 @@ from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.expire import MIN_INTERVAL_S, Retention, expire
-from streambed.lake.files import FileInfo, data_files, file_info, write_parquet
+from streambed.lake.files import FileInfo, Footer, data_files, file_info, write_parquet_files
 from streambed.lake.source_catalog import SourceCatalog
 from streambed.lake.storage import resolve, storage_error
 from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, key_columns
@@ -69,6 +69,7 @@ class _Pending:
     removed: set[str] = field(default_factory=set)  # committed lake files replaced
     added: list[str] = field(default_factory=list)  # files the parts wrote, still live
     infos: dict[str, FileInfo] = field(default_factory=dict)
+    footers: dict[str, Footer] = field(default_factory=dict)  # of `added`, where returned
 
 
 class IcebergSink:
@@ -140,8 +141,8 @@ class IcebergSink:
         if table is None:
             return
         pending = self._pending.setdefault(name, _Pending())
-        removed, added = self._write(table, relation, delta, pending)
-        self._settle(table, pending, removed, added)
+        removed, added, footers = self._write(table, relation, delta, pending)
+        self._settle(table, pending, removed, added, footers)
         logger.debug("staged part of %s: %d files pending", _qualified(delta), len(pending.added))
 
     def apply(self, delta: TableDelta) -> str:
@@ -163,12 +164,14 @@ class IcebergSink:
             assert current is not None  # ResyncNeeded is raised only for a table with rows
             return commit(current, removed=[], added=[], lsn=delta.commit_lsn)
         pending = self._pending.pop(name, None)
-        removed, added = self._write(table, relation, delta, pending)
+        removed, added, footers = self._write(table, relation, delta, pending)
         if pending is not None:
-            self._settle(table, pending, removed, added)
-            removed, added = sorted(pending.removed), list(pending.added)
+            self._settle(table, pending, removed, added, footers)
+            removed, added, footers = sorted(pending.removed), list(pending.added), pending.footers
         failpoint("after_parquet_write")
-        location = commit(table, removed=removed, added=added, lsn=delta.commit_lsn)
+        location = commit(
+            table, removed=removed, added=added, lsn=delta.commit_lsn, footers=footers
+        )
         failpoint("after_table_commit")
         self._expire(name, table)
         return location
@@ -196,8 +199,9 @@ class IcebergSink:
 
     def _write(
         self, table: Table, relation: Relation, delta: TableDelta, pending: _Pending | None
-    ) -> tuple[list[str], list[str]]:
-        """Write the delta's files; returns (files it replaces, files it wrote)."""
+    ) -> tuple[list[str], list[str], dict[str, Footer]]:
+        """Write the delta's files; returns (files it replaces, files it wrote, the footers
+        of those written here: a merge's are read back at the commit)."""
         schema = arrow_schema(table)
         converted = rows_to_arrow(relation, delta.rows, schema)
         if delta.append_only:
@@ -206,7 +210,8 @@ class IcebergSink:
                     f"{_qualified(delta)}: an unchanged TOAST value arrived for a new row",
                     kind=Kind.INTERNAL,
                 )
-            return [], write_parquet(table, converted.table)
+            footers = write_parquet_files(table, converted.table)
+            return [], list(footers), footers
         keys = keys_to_arrow(relation, delta.key, delta.removed_keys, schema)
         plan = plan_merge(self._files(table, pending), _tuples(keys), truncated=delta.truncated)
         logger.debug("merge plan for %s: %s", _qualified(delta), plan.describe())
@@ -231,8 +236,9 @@ class IcebergSink:
                 kind=Kind.STATE,
             )
         else:
-            added = write_parquet(table, converted.table)
-        return removed, added
+            footers = write_parquet_files(table, converted.table)
+            return removed, list(footers), footers
+        return removed, added, {}
 
     def _files(self, table: Table, pending: _Pending | None) -> list[FileInfo]:
         files = data_files(table)
@@ -242,19 +248,30 @@ class IcebergSink:
         return live + [pending.infos[p] for p in pending.added]
 
     def _settle(
-        self, table: Table, pending: _Pending, removed: Sequence[str], added: Sequence[str]
+        self,
+        table: Table,
+        pending: _Pending,
+        removed: Sequence[str],
+        added: Sequence[str],
+        footers: Mapping[str, Footer],
     ) -> None:
         """Record a written part: lake files it replaced, part files it superseded."""
         for path in removed:
             if path in pending.infos:
                 pending.added.remove(path)
                 del pending.infos[path]
+                pending.footers.pop(path, None)
                 _delete_quietly(path, table.io.properties)  # never committed: nobody reads it
             else:
                 pending.removed.add(path)
         for path in added:
             pending.added.append(path)
-            pending.infos[path] = file_info(table, data_file(table.io, table.metadata, path))
+            footer = footers.get(path)
+            if footer is not None:
+                pending.footers[path] = footer
+            pending.infos[path] = file_info(
+                table, data_file(table.io, table.metadata, path, footer)
+            )
 
     # ---- table layout -------------------------------------------------------------------
 

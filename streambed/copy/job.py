@@ -41,7 +41,7 @@ from streambed.errors import ConfigError, Kind, SchemaError, SourceError, Stream
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
 from streambed.lake.evolve import PROP_ATTNUMS
-from streambed.lake.files import current_data_files
+from streambed.lake.files import Footer, current_data_files
 from streambed.lake.storage import refused_error
 from streambed.lake.tables import arrow_schema, ensure_table
 from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
@@ -176,19 +176,16 @@ def copy_table(
             context.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None unsets
     # Range order (the names start with the range's index): a table inserted in key order
     # keeps files whose key bounds follow each other.
-    written = sorted(written)
+    written = sorted(written, key=lambda w: w[0])
     files = [path for path, *_ in written]
     rows = sum(count for _, count, *_ in written)
     size = sum(length for _, _, length, *_ in written)
-    copying = (
-        max(ended for *_, ended in written) - min(started for *_, started, _ in written)
-        if written
-        else None
-    )
+    copying = max(w[4] for w in written) - min(w[3] for w in written) if written else None
+    footers = {w[0]: Footer(w[5], w[2]) for w in written if w[5] is not None}
     failpoint("during_copy")  # files written, nothing committed: the crash tests stop here
     if reached("copy_leftover_file"):
         _plant_leftover(out, files, fs_options)
-    location = truncate_commit(table, added=files, lsn=frontier)
+    location = truncate_commit(table, added=files, lsn=frontier, footers=footers)
     failpoint("after_copy_commit")  # committed; state not updated, leftovers not removed
     wait_for_tasks(spark, group)
     remove_orphans(out, files, fs_options, table=info.qualified)

@@ -21,8 +21,9 @@ The range is read by one of two readers (the option `reader`):
 
 Raw text is converted by `streambed.lake.convert` as the stream's values are, and the rows
 are written by `streambed.lake.output.TaskOutput`. Returns one `(path, rows, bytes, started,
-ended)` per file: the last two are when the task began and finished copying (seconds since
-the epoch), which the copy's progress turns into its rate.
+ended, footer)` per file: when the task began and finished copying (seconds since the
+epoch), which the copy's progress turns into its rate, and the file's Parquet footer, which
+the commit turns into the file's metrics without reading the file back.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from streambed.copy.client import NATIVE, CopyClientError, RowTooLarge, find_psql, stream_copy
 from streambed.copy.duck import (
@@ -70,9 +72,9 @@ READERS = ("duckdb", "csv")
 ERROR_MARK = "streambed-copy-error:"
 SCHEMA_MARK = "a value cannot be stored"  # `copy_failure`'s `what` for a SchemaError
 
-Written = tuple[str, int, int, float, float]
-"""A written file: (path, rows, bytes, started, ended); the last two are when its task
-began and finished copying, in seconds since the epoch."""
+Written = tuple[str, int, int, float, float, pq.FileMetaData | None]
+"""A written file: (path, rows, bytes, started, ended, footer); started and ended are when
+its task began and finished copying, in seconds since the epoch."""
 
 
 def copy_failure(what: str, error: BaseException) -> RuntimeError:
@@ -188,7 +190,7 @@ def copy_range(
             raise
     ended = time.time()
     for f in files:
-        yield (f.uri, f.rows, f.bytes, began, ended)
+        yield (f.uri, f.rows, f.bytes, began, ended, f.footer)
 
 
 def _discard(output: TaskOutput | None) -> None:

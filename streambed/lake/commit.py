@@ -8,11 +8,16 @@ commit LSN at or below it are already in the table.
 A commit is given the paths of files already written, so a retry replays exactly the
 same commit. Replaying a commit that already landed (same LSN, added files live, removed
 files gone) returns the current metadata location without committing again.
+
+Each added file's Iceberg metrics come from its Parquet footer: the one its writer
+returned (`Footer`: a copy task's), else the one read from storage (on S3, requests per
+file). `_check_pyarrow_schema_compatible`, private in pyiceberg (pinned 0.12.0), is the
+check pyiceberg runs on a footer it reads; it runs on a returned one too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
@@ -22,14 +27,20 @@ from pyiceberg.exceptions import (
     ValidationException,
 )
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import DataFile
+from pyiceberg.io.pyarrow import (
+    _check_pyarrow_schema_compatible,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_file_to_data_file,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
 
 from streambed.errors import Kind, StateError, StorageError, StreambedError
-from streambed.lake.files import current_data_files
+from streambed.lake.files import Footer, current_data_files
 from streambed.lake.overwrite import overwrite as lean_overwrite
 
 SUMMARY_LSN: Final = "streambed.lsn"
@@ -54,23 +65,44 @@ def frontier(table: Table) -> int | None:
     return None
 
 
-def commit(table: Table, *, removed: Sequence[str], added: Sequence[str], lsn: int) -> str:
-    """Atomically remove data files `removed` and add the written files `added`, at `lsn`.
+def commit(
+    table: Table,
+    *,
+    removed: Sequence[str],
+    added: Sequence[str],
+    lsn: int,
+    footers: Mapping[str, Footer] | None = None,
+) -> str:
+    """Atomically remove data files `removed` and add the written files `added`, at `lsn`
+    (`footers`: those of `added` their writers returned).
 
     Returns the new metadata location; `table` is refreshed to it. Raises StateError when
     `lsn` is below the table's frontier, and COMMIT_CONFLICT when a file to remove is no
     longer in the table (someone else changed it; re-plan from the current files).
     """
-    return _commit(table, removed=removed, added=added, lsn=lsn, replace_all=False)
+    return _commit(table, removed=removed, added=added, lsn=lsn, replace_all=False, footers=footers)
 
 
-def truncate_commit(table: Table, *, added: Sequence[str], lsn: int) -> str:
-    """Replace every current data file by `added` (a source TRUNCATE, then the new rows)."""
-    return _commit(table, removed=(), added=added, lsn=lsn, replace_all=True)
+def truncate_commit(
+    table: Table,
+    *,
+    added: Sequence[str],
+    lsn: int,
+    footers: Mapping[str, Footer] | None = None,
+) -> str:
+    """Replace every current data file by `added` (a source TRUNCATE, then the new rows;
+    a copy). `footers`: those of `added` that their writers returned."""
+    return _commit(table, removed=(), added=added, lsn=lsn, replace_all=True, footers=footers)
 
 
 def _commit(
-    table: Table, *, removed: Sequence[str], added: Sequence[str], lsn: int, replace_all: bool
+    table: Table,
+    *,
+    removed: Sequence[str],
+    added: Sequence[str],
+    lsn: int,
+    replace_all: bool,
+    footers: Mapping[str, Footer] | None = None,
 ) -> str:
     name = ".".join(table.name())
     new_files: list[DataFile] | None = None
@@ -96,7 +128,7 @@ def _commit(
                 kind=Kind.COMMIT_CONFLICT,
             )
         if new_files is None:
-            new_files = _data_files(table, list(dict.fromkeys(added)))
+            new_files = _data_files(table, list(dict.fromkeys(added)), footers or {})
         try:
             with (
                 table.transaction() as tx,
@@ -140,18 +172,21 @@ def _already_committed(
     return all(p in live for p in added) and not any(p in live for p in removed)
 
 
-def _data_files(table: Table, paths: Sequence[str]) -> list[DataFile]:
-    """The DataFiles of `paths`, in order; their footers are read `FOOTER_READERS` at a time
-    (on S3 each is a request: a copy of a large table adds dozens of files)."""
-    if len(paths) <= 1:
-        return [_data_file(table, p) for p in paths]
-    with ThreadPoolExecutor(min(FOOTER_READERS, len(paths))) as pool:
-        return list(pool.map(lambda p: _data_file(table, p), paths))
+def _data_files(
+    table: Table, paths: Sequence[str], footers: Mapping[str, Footer]
+) -> list[DataFile]:
+    """The DataFiles of `paths`, in order; footers not given are read `FOOTER_READERS` at a
+    time (on S3 each is a request: a copy of a large table adds dozens of files)."""
+    unread = sum(1 for p in paths if p not in footers)
+    if unread <= 1:
+        return [_data_file(table, p, footers.get(p)) for p in paths]
+    with ThreadPoolExecutor(min(FOOTER_READERS, unread)) as pool:
+        return list(pool.map(lambda p: _data_file(table, p, footers.get(p)), paths))
 
 
-def _data_file(table: Table, path: str) -> DataFile:
+def _data_file(table: Table, path: str, footer: Footer | None) -> DataFile:
     try:
-        return data_file(table.io, table.metadata, path)
+        return data_file(table.io, table.metadata, path, footer)
     except ValueError as e:
         raise StreambedError(
             f"{'.'.join(table.name())}: {path} does not match the table schema: {e}",
@@ -161,8 +196,11 @@ def _data_file(table: Table, path: str) -> DataFile:
         raise StorageError(f"cannot read the footer of {path}: {e}") from e
 
 
-def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
-    """The DataFile (with column metrics) of a written Parquet file.
+def data_file(
+    io: FileIO, metadata: TableMetadata, path: str, footer: Footer | None = None
+) -> DataFile:
+    """The DataFile (with column metrics) of a written Parquet file, from its `footer` as
+    its writer returned it, else from the footer read from storage.
 
     pyiceberg turns each column's min/max into Python objects, which cannot hold dates
     and times outside years 1..9999, infinities or 24:00:00. When a file has such
@@ -170,7 +208,7 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     and `plan_merge` then treat those columns as unbounded, which is always correct.
     """
     try:
-        return parquet_file_to_data_file(io, metadata, path)
+        return _to_data_file(io, metadata, path, footer)
     except (OverflowError, ValueError) as e:
         if (
             isinstance(e, ValueError)
@@ -182,6 +220,37 @@ def data_file(io: FileIO, metadata: TableMetadata, path: str) -> DataFile:
     for field in metadata.schema().fields:
         if isinstance(field.field_type, DateType | TimeType | TimestampType | TimestamptzType):
             properties[f"write.metadata.metrics.column.{field.name}"] = "none"
-    return parquet_file_to_data_file(
-        io, metadata.model_copy(update={"properties": properties}), path
+    return _to_data_file(io, metadata.model_copy(update={"properties": properties}), path, footer)
+
+
+def _to_data_file(
+    io: FileIO, metadata: TableMetadata, path: str, footer: Footer | None
+) -> DataFile:
+    if footer is None:
+        return parquet_file_to_data_file(io, metadata, path)
+    return footer_data_file(metadata, path, footer)
+
+
+def footer_data_file(metadata: TableMetadata, path: str, footer: Footer) -> DataFile:
+    """What pyiceberg's `parquet_file_to_data_file` makes of a file (the same schema check
+    and metrics), from a footer at hand instead of one read from storage."""
+    schema = metadata.schema()
+    arrow_schema = footer.metadata.schema.to_arrow_schema()
+    _check_pyarrow_schema_compatible(schema, arrow_schema, format_version=metadata.format_version)
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer.metadata,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=statistics.partition(metadata.spec(), schema),
+        file_size_in_bytes=footer.size,
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
     )

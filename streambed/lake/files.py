@@ -60,13 +60,34 @@ class FileInfo:
     key_bounds: tuple[tuple[Any, Any] | None, ...]
 
 
+@dataclass(frozen=True)
+class Footer:
+    """A written file's Parquet footer and size, as its writer returned them: the commit
+    makes the file's metrics from it instead of reading the file back."""
+
+    metadata: pq.FileMetaData
+    size: int
+
+
 def write_parquet(
     table: Table,
     arrow_table: pa.Table,
     sort_by_key: bool = True,
     schema: pa.Schema | None = None,
 ) -> list[str]:
-    """Write rows as new Parquet data files of `table` and return their full paths.
+    """Write rows as new Parquet data files of `table` and return their full paths
+    (`write_parquet_files`)."""
+    return list(write_parquet_files(table, arrow_table, sort_by_key, schema))
+
+
+def write_parquet_files(
+    table: Table,
+    arrow_table: pa.Table,
+    sort_by_key: bool = True,
+    schema: pa.Schema | None = None,
+) -> dict[str, Footer]:
+    """Write rows as new Parquet data files of `table`: each file's full path (in the
+    order written) and footer.
 
     The rows are cast to the table's Arrow schema (with Iceberg field ids) and sorted by
     key. Files roll over at TARGET_FILE_BYTES. Names are random (uuid), so a retry never
@@ -74,7 +95,7 @@ def write_parquet(
     overrides the table's Arrow schema (a schema change being committed).
     """
     if arrow_table.num_rows == 0:
-        return []
+        return {}
     if schema is None:
         schema = arrow_schema(table)
     try:
@@ -91,8 +112,10 @@ def write_parquet(
     location_provider = table.location_provider()
     properties = table.io.properties
     written: list[str] = []
+    footers: dict[str, Footer] = {}
     writer: pq.ParquetWriter | None = None
     sink: pa.NativeFile | None = None
+    path = ""
     try:
         for offset in range(0, rows.num_rows, row_group_rows):
             if writer is None:
@@ -112,16 +135,21 @@ def write_parquet(
             writer.write_table(rows.slice(offset, row_group_rows), row_group_size=row_group_rows)
             assert sink is not None
             if sink.tell() >= TARGET_FILE_BYTES:
-                writer.close()
-                sink.close()
+                footers[path] = _close(writer, sink)
                 writer, sink = None, None
         if writer is not None and sink is not None:
-            writer.close()
-            sink.close()
+            footers[path] = _close(writer, sink)
     except OSError as e:
         _remove_quietly(written, properties)
         raise StorageError(f"{_name(table)}: cannot write a data file: {e}") from e
-    return written
+    return footers
+
+
+def _close(writer: pq.ParquetWriter, sink: pa.NativeFile) -> Footer:
+    writer.close()
+    footer = Footer(writer.writer.metadata, sink.tell())
+    sink.close()
+    return footer
 
 
 def data_files(table: Table) -> list[FileInfo]:

@@ -7,8 +7,9 @@ merge writes each Spark batch as one, `row_group_rows=1`); files are rolled at
 `max_rows_per_file`. Every file is named `<prefix>-<n>.parquet` and written with the lake
 table's Arrow schema (Iceberg field ids, required columns, zstd; no dictionary for the
 `unique` columns: a one-column key; a dictionary field is written as its values' type).
-`close()` returns what was written; `discard()` deletes it (a failed task leaves nothing
-it knows of).
+`close()` returns what was written, each file with its footer (the commit builds the
+file's Iceberg metrics from it instead of reading the file back, `lake.commit.Footer`);
+`discard()` deletes it (a failed task leaves nothing it knows of).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class WrittenFile:
     uri: str
     rows: int
     bytes: int
+    footer: pq.FileMetaData | None = None
 
 
 class TaskOutput:
@@ -146,8 +148,9 @@ class TaskOutput:
         if self._writer is None or self._stream is None:
             return
         self._writer.close()
+        footer = self._writer.writer.metadata
         size = self._stream.tell()
         self._stream.close()
         name = self._started[-1].rsplit("/", 1)[-1]
-        self.files.append(WrittenFile(f"{self.directory}/{name}", self._rows_in_file, size))
+        self.files.append(WrittenFile(f"{self.directory}/{name}", self._rows_in_file, size, footer))
         self._writer = self._stream = None

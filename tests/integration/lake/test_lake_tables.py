@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from streambed.changes import TableKey
@@ -19,11 +21,13 @@ from streambed.config import Settings
 from streambed.errors import Kind, SchemaError, StateError, StorageError, StreambedError
 from streambed.lake import types as t
 from streambed.lake.catalog import open_catalog
-from streambed.lake.commit import commit, frontier, truncate_commit
+from streambed.lake.commit import commit, data_file, frontier, truncate_commit
 from streambed.lake.convert import rows_to_arrow
-from streambed.lake.files import FileInfo, data_files, write_parquet
+from streambed.lake.files import FileInfo, Footer, data_files, write_parquet
+from streambed.lake.output import TaskOutput
 from streambed.lake.storage import ensure_bucket, resolve
 from streambed.lake.tables import arrow_schema, ensure_table, key_columns
+from streambed.merge.pyarrow_source import filesystem, fs_options
 from streambed.pgoutput.messages import Relation, RelationColumn
 from tests.fixtures.s3 import ThrowawayS3
 
@@ -308,3 +312,66 @@ def test_bulk_append_from_many_commits(table: Table) -> None:
     assert frontier(table) == 5
     assert table.scan().to_arrow().num_rows == 50
     assert pa.compute.max(table.scan().to_arrow().column("id")).as_py() == 49
+
+
+def _task_file(table: Table, settings: Settings, arrow: pa.Table) -> tuple[str, Footer]:
+    """`arrow` written as a copy task writes it: the file's URI and its returned footer."""
+    directory = f"{table.location()}/data/copy-test"
+    fs, base = filesystem(directory, fs_options(settings))
+    output = TaskOutput(fs, base, directory, "t", arrow_schema(table))
+    output.write(arrow)
+    (written,) = output.close()
+    assert written.footer is not None
+    return written.uri, Footer(written.footer, written.bytes)
+
+
+def _metrics(f: DataFile) -> tuple[Any, ...]:
+    return (
+        f.file_path,
+        f.file_format,
+        f.file_size_in_bytes,
+        f.record_count,
+        f.column_sizes,
+        f.value_counts,
+        f.null_value_counts,
+        f.nan_value_counts,
+        f.lower_bounds,
+        f.upper_bounds,
+        f.split_offsets,
+    )
+
+
+def test_a_returned_footer_gives_the_metrics_reading_the_file_gives(
+    table: Table, settings: Settings
+) -> None:
+    """A copy's commit builds each file's metrics from the footer its task returned,
+    instead of reading the file back (on S3, requests per file): the same DataFile."""
+    rows = rows_to_arrow(RELATION, [_row(i) for i in range(1, 2001)], arrow_schema(table)).table
+    uri, footer = _task_file(table, settings, rows)
+    read = parquet_file_to_data_file(table.io, table.metadata, uri)
+    given = data_file(table.io, table.metadata, uri, footer)
+    assert _metrics(given) == _metrics(read)
+    assert given.lower_bounds and given.upper_bounds  # metrics, not an empty file's
+    # A date beyond 9999 (pyiceberg cannot bound it): no date/time bounds, either way.
+    far = rows.set_column(
+        rows.schema.get_field_index("day"),
+        rows.schema.field("day"),
+        pa.array([3_000_000] * rows.num_rows, pa.date32()),
+    )
+    uri, footer = _task_file(table, settings, far)
+    read, given = (
+        data_file(table.io, table.metadata, uri),
+        data_file(table.io, table.metadata, uri, footer),
+    )
+    assert _metrics(given) == _metrics(read)
+    day = table.schema().find_field("day").field_id
+    assert day not in (given.lower_bounds or {})
+
+
+def test_a_copy_commit_uses_the_returned_footers(table: Table, settings: Settings) -> None:
+    rows = rows_to_arrow(RELATION, [_row(i) for i in range(1, 101)], arrow_schema(table)).table
+    uri, footer = _task_file(table, settings, rows)
+    truncate_commit(table, added=[uri], lsn=700, footers={uri: footer})
+    (committed,) = data_files(table)
+    assert committed.path == uri and committed.record_count == 100
+    assert frontier(table) == 700
