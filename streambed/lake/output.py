@@ -8,7 +8,7 @@ merge writes each Spark batch as one, `row_group_rows=1`); files are rolled at
 table's Arrow schema (Iceberg field ids, required columns, zstd; no dictionary for the
 `unique` columns: a one-column key; a dictionary field is written as its values' type).
 `close()` returns what was written, each file with its footer (the commit builds the
-file's Iceberg metrics from it instead of reading the file back, `lake.commit.Footer`);
+file's Iceberg metrics from it instead of reading the file back, `lake.files.Footer`);
 `discard()` deletes it (a failed task leaves nothing it knows of).
 """
 
