@@ -50,10 +50,10 @@ def _fill(d: Deployment) -> None:
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
 
 
-def _status(d: Deployment) -> str:
-    """`streambed status`'s output (it must exit 0)."""
+def _cli(d: Deployment, *args: str) -> str:
+    """A `streambed` command's output (it must exit 0)."""
     done = subprocess.run(
-        [sys.executable, "-m", "streambed.cli", "status"],
+        [sys.executable, "-m", "streambed.cli", *args],
         env=d.proc.env,
         capture_output=True,
         text=True,
@@ -62,6 +62,10 @@ def _status(d: Deployment) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _status(d: Deployment) -> str:
+    return _cli(d, "status")
 
 
 def test_a_dropped_slot_copies_every_table_again(local_deployment: Deployment) -> None:
@@ -188,15 +192,7 @@ def test_a_copy_holding_the_slot_near_its_limit_is_warned_about_in_time(
         with psycopg.connect(d.url) as blocker, psycopg.connect(small_wal_server.url("fill")) as w:
             w.autocommit = True
             blocker.execute("LOCK TABLE ints IN ACCESS EXCLUSIVE MODE")  # the copy waits
-            done = subprocess.run(
-                [sys.executable, "-m", "streambed.cli", "resync", "public.ints"],
-                env=d.proc.env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr
+            _cli(d, "resync", "public.ints")
             wait_until(lambda: "resync requested" in d.proc.logs(), 60, "the resync", d.proc)
             execute(d.url, *[c for c in CHANGES if "ints" not in c])  # held by the copy
             for _ in range(24):  # 4 MB at a time, up to 96 MB: the limit is 32 MB
