@@ -107,13 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # streambed, e.g. by its dev extras) gets a FutureWarning; streambed passes Arrow to
     # Spark and never uses pandas.
     warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-    if args.command == "run":
-        from streambed.prestart import prestart
-
-        prestart(settings)  # a start that copies: Spark's JVM starts while the rest loads
-    import streambed.app as app  # heavy imports (pyiceberg, Spark) only after config is valid
-
     try:
+        if args.command == "run":
+            from streambed.listen import check_listen
+            from streambed.prestart import prestart
+
+            if settings.query_host_port is not None:  # before a slot or Spark is started
+                check_listen(*settings.query_host_port)
+            prestart(settings)  # a start that copies: Spark's JVM starts while the rest loads
+        import streambed.app as app  # heavy imports (pyiceberg, Spark) after config is valid
+
         if args.command == "run":
             app.run(settings)
         elif args.command == "serve":

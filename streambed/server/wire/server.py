@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streambed.errors import ConfigError
+from streambed.listen import listen
 from streambed.server.wire import messages
 from streambed.server.wire.auth import UsersFileError, UserStore
 from streambed.server.wire.handler import ConnectionHandler, Database, State
@@ -186,9 +187,7 @@ class QueryServer:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> QueryServer:
-        self._listener = socket.create_server(
-            (self.options.host, self.options.port), backlog=1024, reuse_port=False
-        )
+        self._listener = listen(self.options.host, self.options.port)
         self._listener.settimeout(0.2)
         self.port = self._listener.getsockname()[1]
         if not self._users.enabled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import psycopg
@@ -35,6 +36,22 @@ def test_wrong_password_exits_with_a_clear_message(
     assert "password" in logs.lower()
     assert password not in logs and password + "x" not in logs
     assert list(short_tmp.iterdir()) == []  # neither Spark's sockets nor pyspark's launch
+
+
+def test_a_query_address_in_use_exits_before_the_slot_and_spark(
+    local_deployment: Deployment,
+) -> None:
+    d = local_deployment
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        d.proc.start({"STREAMBED_QUERY_LISTEN": f"127.0.0.1:{port}"})
+        code = d.proc.wait(timeout=60)
+    logs = d.proc.logs()
+    assert code == 2, logs
+    assert f"STREAMBED_QUERY_LISTEN=127.0.0.1:{port}" in logs
+    assert "in use" in logs and "another process listens there" in logs
+    assert "Traceback" not in logs and "starting spark" not in logs
+    assert not slot_exists(d.url)
 
 
 def test_role_without_replication_is_told_what_to_run(
