@@ -53,6 +53,8 @@ _CONF = {
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.autoBroadcastJoinThreshold": str(64 * 1024 * 1024),
     "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    # pyspark's daemon, quiet when Spark stops an idle worker (streambed.merge.spark_daemon)
+    "spark.python.daemon.module": "streambed.merge.spark_daemon",
 }
 # Only for an in-process (local) driver: a cluster has its own sizing.
 _LOCAL_CONF = {
