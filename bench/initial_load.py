@@ -1,7 +1,7 @@
 """Initial copy throughput: streambed's Spark copy vs raw COPY and DuckDB's postgres_scanner.
 
     .venv/bin/python bench/initial_load.py [--scales 10,100] [--spark local[2]] [--repeat 3]
-                                           [--reader duckdb|csv]
+                                           [--reader duckdb|csv] [--table pgbench|app]
 
 For each pgbench scale (10 → 1M accounts, 100 → 10M) it creates `pgbench_accounts` in a
 throwaway Postgres (`pgbench -i`), then times, on the same machine:
@@ -14,6 +14,11 @@ throwaway Postgres (`pgbench -i`), then times, on the same machine:
    warm Spark session, each task reading its range with `--reader`, the default
    `STREAMBED_COPY_READER=duckdb` or `csv`, and writing its Parquet with field ids; one
    Iceberg commit).
+
+`--table app` copies instead a table shaped like an application's (`app_orders`, 100,000
+rows per scale unit: bigint key, uuid, timestamptz, text, unconstrained numeric,
+numeric(12,2), jsonb of about 90 bytes, text[], inet, bool), whose uuid, jsonb, numeric,
+array and inet columns pgbench's table lacks.
 
 Beside each rate it prints the CPU seconds each path used (median of the rounds): the
 copier's (psql; DuckDB's process; streambed's driver, JVM and Python workers) and the
@@ -118,23 +123,22 @@ def _duckdb_extension() -> str | None:
     return str(found[0]) if found else None
 
 
-def _raw_copy(psql: str, url: str, env: dict[str, str]) -> None:
+def _raw_copy(psql: str, url: str, env: dict[str, str], table: str) -> None:
     subprocess.run(
-        [psql, "-X", "-q", url, "-c", "\\copy pgbench_accounts TO '/dev/null'"],
+        [psql, "-X", "-q", url, "-c", f"\\copy {table} TO '/dev/null'"],
         check=True,
         env=env,
     )
 
 
-def _duckdb_copy(scanner: Path, url: str, target: str) -> None:
+def _duckdb_copy(scanner: Path, url: str, target: str, table: str) -> None:
     import duckdb
 
     db = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     db.execute(f"LOAD '{scanner}'")
     db.execute(f"ATTACH '{url}' AS src (TYPE postgres, READ_ONLY)")
     db.execute(
-        "COPY (SELECT * FROM src.public.pgbench_accounts) TO "
-        f"'{target}' (FORMAT parquet, COMPRESSION zstd)"
+        f"COPY (SELECT * FROM src.public.{table}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)"
     )
     db.close()
 
@@ -151,6 +155,32 @@ def pgbench_accounts(pgbench: str, url: str, env: dict[str, str], scale: int) ->
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE pgbench_accounts")
         row = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+APP_TABLE = """
+CREATE TABLE app_orders (id bigint PRIMARY KEY, ext uuid NOT NULL,
+  created_at timestamptz NOT NULL, status text, amount numeric, price numeric(12,2),
+  payload jsonb, tags text[], ip inet, flag boolean)
+"""
+APP_ROWS = """
+INSERT INTO app_orders SELECT g, md5(g::text)::uuid, '2026-01-01'::timestamptz - g * interval '1 s',
+  (ARRAY['new', 'paid', 'shipped'])[1 + g % 3], g * 1.37, (g % 100000) / 100.0,
+  jsonb_build_object('user', g, 'note', repeat('x', 40), 'items', jsonb_build_array(g, g + 1)),
+  ARRAY['a' || g % 10, 'b'], ('10.0.' || g % 256 || '.' || g % 200)::inet, g % 2 = 0
+FROM generate_series(1, {rows}) g
+"""
+
+
+def app_orders(url: str, scale: int) -> int:
+    """(Re)create `app_orders` with 100,000 rows per scale unit, vacuumed and analyzed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS app_orders")
+        conn.execute(APP_TABLE)
+        conn.execute(APP_ROWS.format(rows=scale * 100_000))
+        conn.execute("VACUUM ANALYZE app_orders")
+        row = conn.execute("SELECT count(*) FROM app_orders").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -193,6 +223,7 @@ def main() -> None:
     parser.add_argument("--spark", default="local[2]")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best is reported")
     parser.add_argument("--reader", choices=["duckdb", "csv"], default="duckdb")
+    parser.add_argument("--table", choices=["pgbench", "app"], default="pgbench")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     pgbench = str(Path(find_psql() or "/usr/lib/postgresql/15/bin/psql").parent / "pgbench")
@@ -222,21 +253,28 @@ def main() -> None:
         print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         duck_target = f"{tmp}/duck.parquet"
         counts: list[int] = []
+        table = "app_orders" if args.table == "app" else "pgbench_accounts"
 
         def ours_copy() -> float:
-            seconds, count = _copy(spark, catalog, url, "pgbench_accounts", args.reader)
+            seconds, count = _copy(spark, catalog, url, table, args.reader)
             counts.append(count)
             return seconds
 
         for scale in [int(s) for s in args.scales.split(",")]:
-            rows = pgbench_accounts(pgbench, url, env, scale)
+            if args.table == "app":
+                rows = app_orders(url, scale)
+            else:
+                rows = pgbench_accounts(pgbench, url, env, scale)
             raw, duck, ours = Run(), Run(), Run()
             postmaster = postmaster_pid(pg.data_dir)
             for _ in range(args.repeat):  # interleaved: each round sees the same load
-                _measured(raw, postmaster, _children_cpu, lambda: _raw_copy(psql, url, env))
+                _measured(raw, postmaster, _children_cpu, lambda: _raw_copy(psql, url, env, table))
                 if scanner is not None:
                     _measured(
-                        duck, postmaster, _own_cpu, lambda: _duckdb_copy(scanner, url, duck_target)
+                        duck,
+                        postmaster,
+                        _own_cpu,
+                        lambda: _duckdb_copy(scanner, url, duck_target, table),
                     )
                 # Warmed each round: Spark stops Python workers idle for a minute.
                 warm_seconds, _ = _copy(spark, catalog, url, "bench_warmup", args.reader)

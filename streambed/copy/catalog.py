@@ -26,6 +26,9 @@ class TableInfo:
     estimated_rows: int  # pg_class.reltuples; 0 when never analyzed
     attnums: tuple[tuple[str, int], ...] = ()  # (column name, pg attnum) at the snapshot
     toast_bytes: int = 0  # its TOAST table's size: values stored out of line
+    # Each column's type output function, (schema, name): the copy reads a column DuckDB
+    # does not decode as that function's text (`streambed.copy.duck.select_query`).
+    outputs: tuple[tuple[str, str], ...] = ()
 
     def row_bytes(self) -> float:
         """Estimated bytes of a row with its out-of-line values (stored size: TOAST may be
@@ -92,9 +95,13 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
     identity = set(keys.identity_columns)
     columns = conn.execute(
         """
-        SELECT attname, atttypid, atttypmod, attnum FROM pg_attribute
-        WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = ''
-        ORDER BY attnum
+        SELECT a.attname, a.atttypid, a.atttypmod, a.attnum, fn.nspname, f.proname
+        FROM pg_attribute a
+        JOIN pg_type t ON t.oid = a.atttypid
+        JOIN pg_proc f ON f.oid = t.typoutput
+        JOIN pg_namespace fn ON fn.oid = f.pronamespace
+        WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+        ORDER BY a.attnum
         """,
         (oid,),
     ).fetchall()
@@ -111,7 +118,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
                 int(typid),
                 int(typmod),
             )
-            for attname, typid, typmod, _ in columns
+            for attname, typid, typmod, *_ in columns
         ),
     )
     return TableInfo(
@@ -119,8 +126,9 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         key=_key(relation, keys),
         blocks=max(int(relpages), int(blocks)),
         estimated_rows=max(0, int(reltuples)),
-        attnums=tuple((str(attname), int(attnum)) for attname, _, _, attnum in columns),
+        attnums=tuple((str(attname), int(attnum)) for attname, _, _, attnum, *_ in columns),
         toast_bytes=int(toast_bytes),
+        outputs=tuple((str(schema), str(function)) for *_, schema, function in columns),
     )
 
 

@@ -10,10 +10,12 @@ Only columns whose binary form DuckDB decodes to exactly the value the stream's 
 makes of the text form are read natively (`native`): integers, floats, bool, text, varchar,
 bytea, numeric(p,s) stored as decimal(p,s), date, time, timestamp and timestamptz (DuckDB
 keeps infinity as the stream does; a timestamp beyond 294247 AD, which DuckDB would decode
-wrongly, also arrives as text in a guard column and is refused with the stream's error).
-Every other column is read as its output
-function's text, `format('%s', column)` run by the source under the replication session's
-settings, and converted by `streambed.lake.convert` as a streamed value is. `char(n)` is
+wrongly, also arrives as text in a guard column and is refused with the stream's error),
+and uuid, json and jsonb, which the lake stores as text and DuckDB decodes to exactly
+Postgres's text (binary is also cheaper for the source: uuid_send against uuid_out).
+Every other column is read as its output function's text, `textin(<typoutput>(column))`
+run by the source under the replication session's settings, and converted by
+`streambed.lake.convert` as a streamed value is. `char(n)` is
 native: DuckDB drops its trailing blanks, and `restore` pads the values to n characters
 again, as Postgres stores them. (Bare `bpchar` is not: its trailing blanks are data.
 Unconstrained numeric is not: DuckDB reads it as a double.)
@@ -57,11 +59,14 @@ from streambed.lake.types import (
     INT2,
     INT4,
     INT8,
+    JSON,
+    JSONB,
     NUMERIC,
     TEXT,
     TIME,
     TIMESTAMP,
     TIMESTAMPTZ,
+    UUID,
     VARCHAR,
     column_type,
 )
@@ -85,6 +90,9 @@ NATIVE_OIDS: Final = frozenset(
         TIME,
         TIMESTAMP,
         TIMESTAMPTZ,
+        UUID,  # the lake stores the text; DuckDB's is Postgres's canonical form
+        JSON,  # sent as the stored text
+        JSONB,  # sent as a version byte and jsonb's output text
     }
 )
 TIMESTAMP_END: Final = {
@@ -212,9 +220,21 @@ def pad_distinct(array: pa.Array, width: int) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(encoded.indices, pad(encoded.dictionary, width))
 
 
-def select_query(schema: str, table: str, columns: Sequence[RelationColumn], where: str) -> str:
+def select_query(
+    schema: str,
+    table: str,
+    columns: Sequence[RelationColumn],
+    where: str,
+    *,
+    outputs: Sequence[Sequence[str]] = (),
+) -> str:
     """The range's SELECT: native columns as they are, the others as their output text;
-    after them, for each timestamp column, its text where it is beyond `TIMESTAMP_END`."""
+    after them, for each timestamp column, its text where it is beyond `TIMESTAMP_END`.
+
+    A column's text is its type's output function (`outputs[i]`: schema and name, from
+    `pg_type.typoutput`) made `text` by `textin`: what pgoutput sends, and what
+    `format('%s', column)` makes (the form used when `outputs` is not given), at a quarter
+    to a half less of the source's CPU a column."""
     items: list[sql.Composable] = []
     guards: list[sql.Composable] = []
     for i, c in enumerate(columns):
@@ -223,6 +243,10 @@ def select_query(schema: str, table: str, columns: Sequence[RelationColumn], whe
         name = sql.Identifier(c.name)
         if native(c):
             items.append(sql.SQL("{} AS {}").format(name, alias))
+        elif i < len(outputs):
+            text = "CASE WHEN {0} IS NULL THEN NULL ELSE pg_catalog.textin({1}.{2}({0})) END AS {3}"
+            function = [sql.Identifier(part) for part in outputs[i]]
+            items.append(sql.SQL(text).format(name, *function, alias))
         else:
             text = "CASE WHEN {0} IS NULL THEN NULL ELSE pg_catalog.format('%s', {0}) END AS {1}"
             items.append(sql.SQL(text).format(name, alias))

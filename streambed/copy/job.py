@@ -136,6 +136,8 @@ def copy_table(
         "columns": json.dumps(
             [[c.name, c.type_oid, c.type_modifier] for c in info.relation.columns]
         ),
+        # Each column's output function: the DuckDB reader's text for what it does not decode.
+        "outputs": json.dumps([list(f) for f in info.outputs]),
         "ranges": json.dumps([[r.start, r.end] for r in ranges]),
         "arrow_schema": encode_schema(arrow_schema(table)),
         "output_dir": out,

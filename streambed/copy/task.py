@@ -215,7 +215,8 @@ def _read(
     name = f"streambed-copy {options['run_id']}/{index}"
     schema_name, table = options["schema"], options["table"]
     if reader == "duckdb":
-        query = select_query(schema_name, table, columns, block_range.predicate())
+        outputs = [tuple(f) for f in json.loads(options.get("outputs", "[]"))]
+        query = select_query(schema_name, table, columns, block_range.predicate(), outputs=outputs)
         batches = stream_range(
             options["url"],
             options["snapshot"],

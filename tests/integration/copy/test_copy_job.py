@@ -291,3 +291,46 @@ def test_a_timestamp_beyond_294247_ad_stops_the_copy_as_it_stops_the_stream(
     with pytest.raises(SchemaError, match=r"public\.far\.atz: value .* cannot be stored exactly"):
         copy()
     assert len(table.refresh().scan().to_arrow()) == 2  # the first copy stands
+
+
+def test_columns_duckdb_does_not_decode_are_read_as_their_output_functions_text(
+    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    """A column DuckDB does not decode arrives as its type's output function's text, the
+    function called by its schema and name (here an extension's, in a schema whose name
+    needs quoting), not through `format`; uuid and jsonb are decoded by DuckDB."""
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute('CREATE SCHEMA "Ext ns"')
+        conn.execute('CREATE EXTENSION hstore SCHEMA "Ext ns"')
+        conn.execute(
+            'CREATE TABLE kv_outputs (id int PRIMARY KEY, h "Ext ns".hstore, u uuid, '
+            "j jsonb, iv interval)"
+        )
+        conn.execute(
+            "INSERT INTO kv_outputs SELECT g, CASE WHEN g % 5 <> 0 THEN "
+            "('k=>' || g || ', \"a b\"=>NULL')::\"Ext ns\".hstore END, md5(g::text)::uuid, "
+            "jsonb_build_object('g', g, 'x', 1.50), g * interval '1 minute' "
+            "FROM generate_series(1, 1000) g"
+        )
+        conn.execute(f"ALTER DATABASE {pg_db.name} SET log_statement = 'all'")
+        expected = conn.execute(
+            "SELECT id, h::text, u::text, j::text, iv::text FROM kv_outputs ORDER BY id"
+        ).fetchall()
+    settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
+    with _snapshot(pg_db.url, open_catalog(settings), "kv_outputs") as copying:
+        names = [c.name for c in copying.info.relation.columns]
+        outputs = dict(zip(names, copying.info.outputs, strict=True))
+        assert outputs["h"] == ("Ext ns", "hstore_out")
+        assert outputs["iv"] == ("pg_catalog", "interval_out")
+        result = copying.copy(spark, pg_db.url)
+    assert result.rows == 1000
+    got = copying.table.refresh().scan().to_arrow().sort_by("id").to_pylist()
+    assert [tuple(r.values()) for r in got] == expected
+    log = pg_db.server.log_path.read_text()
+    copies = [line for line in log.splitlines() if "COPY" in line and "kv_outputs" in line]
+    assert copies, "the copy's statements are in the server's log"
+    for line in copies:
+        assert 'pg_catalog.textin("Ext ns"."hstore_out"("h"))' in line
+        assert 'pg_catalog.textin("pg_catalog"."interval_out"("iv"))' in line
+        assert "format(" not in line
+        assert '"u" AS "c2", "j" AS "c3"' in line  # decoded by DuckDB

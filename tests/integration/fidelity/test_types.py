@@ -237,10 +237,20 @@ def test_every_type_copied_reads_back_as_postgres_renders_it(served: Served, rea
         "INSERT INTO codes SELECT g, (ARRAY['a', 'bb', 'é', ''])[g % 4 + 1], "
         "CASE WHEN g % 7 <> 0 THEN 'x' END FROM generate_series(1, 300) g",
     )
+    # A type whose output function lives outside pg_catalog, in a schema whose name needs
+    # quoting (the DuckDB reader calls each type's output function by name).
+    served.execute(
+        'CREATE SCHEMA "Ext ns"',
+        'CREATE EXTENSION hstore SCHEMA "Ext ns"',
+        'CREATE TABLE kv (id int PRIMARY KEY, h "Ext ns".hstore, u uuid, j jsonb)',
+        "INSERT INTO kv VALUES (1, 'a=>1, \"b c\"=>NULL', gen_random_uuid(), '{\"x\": [1.50]}'), "
+        "(2, '', '00000000-0000-0000-0000-000000000000', 'null'), (3, NULL, NULL, NULL)",
+    )
     served.start(STREAMBED_COPY_READER=reader)
     served.wait_equal(select_all())
     served.wait_equal("SELECT id, c, b, v FROM chars ORDER BY id")
     served.wait_equal("SELECT id, c, d FROM codes ORDER BY id")
+    served.wait_equal("SELECT id, h, u, j FROM kv ORDER BY id")
     served.execute("UPDATE codes SET c = 'zz', d = NULL WHERE id % 5 = 0")
     served.wait_equal("SELECT id, c, d FROM codes ORDER BY id")
     assert len(served.source_text(select_all())) == count

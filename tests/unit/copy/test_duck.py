@@ -25,10 +25,20 @@ from streambed.copy.duck import (
     select_query,
 )
 from streambed.errors import SchemaError
-from streambed.lake.types import BPCHAR, DATE, INT4, NUMERIC, TEXT, TIMESTAMP, TIMESTAMPTZ
+from streambed.lake.types import (
+    BPCHAR,
+    DATE,
+    INT4,
+    JSON,
+    JSONB,
+    NUMERIC,
+    TEXT,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    UUID,
+)
 from streambed.pgoutput.messages import RelationColumn
 
-JSONB = 3802
 INTERVAL = 1186
 
 
@@ -46,13 +56,16 @@ def test_native_columns_are_those_duckdb_decodes_to_the_streams_value() -> None:
     assert native(RelationColumn(0, "d", DATE, -1))  # infinity: the same day number
     assert native(RelationColumn(0, "t", TIMESTAMPTZ, -1))  # with a guard column
     assert not native(RelationColumn(0, "i", INTERVAL, -1))
-    assert not native(RelationColumn(0, "j", JSONB, -1))
+    # text in the lake, and DuckDB's text is Postgres's
+    assert native(RelationColumn(0, "u", UUID, -1))
+    assert native(RelationColumn(0, "j", JSONB, -1))
+    assert native(RelationColumn(0, "j", JSON, -1))
 
 
 def test_the_query_names_columns_by_position_and_renders_the_others_as_text() -> None:
     columns = [
         RelationColumn(0, "A", INT4, -1),
-        RelationColumn(0, "a", JSONB, -1),
+        RelationColumn(0, "a", INTERVAL, -1),
         RelationColumn(0, "t", TIMESTAMPTZ, -1),
     ]
     query = select_query("s", 'we"ird', columns, "ctid >= '(0,0)'::tid")
@@ -62,6 +75,17 @@ def test_the_query_names_columns_by_position_and_renders_the_others_as_text() ->
         'CASE WHEN "t" >= \'294247-01-10 04:00:54.775807+00\' AND pg_catalog.isfinite("t") '
         'THEN "t"::text END AS "g2" '
         'FROM "s"."we""ird" WHERE ctid >= \'(0,0)\'::tid'
+    )
+
+
+def test_with_output_functions_the_others_are_their_output_text() -> None:
+    columns = [RelationColumn(0, "id", INT4, -1), RelationColumn(0, "h", 16385, -1)]
+    outputs = [("pg_catalog", "int4out"), ("my ext", 'hstore"out')]
+    query = select_query("s", "t", columns, "true", outputs=outputs)
+    assert query == (
+        'SELECT "id" AS "c0", CASE WHEN "h" IS NULL THEN NULL '
+        'ELSE pg_catalog.textin("my ext"."hstore""out"("h")) END AS "c1" '
+        'FROM "s"."t" WHERE true'
     )
 
 
