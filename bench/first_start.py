@@ -8,8 +8,8 @@ of all tables. Each round starts `streambed run` as a user would, in a new proce
 new data directory (`STREAMBED_SPARK_MASTER=local[2]`), reads its log, and notes when it
 starts Spark, when the copy of `pgbench_accounts` starts and when it commits; then it
 sends SIGINT and waits for the process to end. Just before that it reads the CPU time of
-Spark's Python worker daemons (`pyspark.daemon` processes started by the JVM, one per kind
-of worker) from /proc.
+Spark's Python worker daemons (`streambed.merge.spark_daemon` processes, `pyspark.daemon` in
+an older tree, started by the JVM, one per kind of worker) from /proc.
 
 The reference is what a user would otherwise run once: a new Python process that loads
 DuckDB 1.5.5's postgres extension and writes the same table to one Parquet file.
@@ -68,7 +68,8 @@ def daemon_cpu() -> list[float]:
             parent_is_java = b"java" in parent.read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        if b"pyspark.daemon" in command and parent_is_java:
+        daemon = b"pyspark.daemon" in command or b"streambed.merge.spark_daemon" in command
+        if daemon and parent_is_java:
             found.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
     return found
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from streambed.merge import spark_daemon
 from tests.integration.copy.test_initial_copy import ROWS, Writer, _all_ready
 from tests.integration.copy.test_source_outage import create_tables
 from tests.integration.pipeline.conftest import Deployment
@@ -50,7 +51,7 @@ def _processes() -> dict[int, tuple[int, str]]:
 
 
 def _python_workers(root: int) -> list[int]:
-    """Spark's Python workers under process `root`: the children the pyspark daemon forks."""
+    """Spark's Python workers under process `root`: the children Spark's daemon forks."""
     processes = _processes()
 
     def under(pid: int) -> bool:
@@ -61,7 +62,7 @@ def _python_workers(root: int) -> list[int]:
         return False
 
     def daemon(pid: int) -> bool:
-        return "pyspark.daemon" in processes.get(pid, (0, ""))[1]
+        return spark_daemon.MODULE in processes.get(pid, (0, ""))[1]
 
     return [
         pid
