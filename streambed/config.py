@@ -149,7 +149,9 @@ class Settings:
     )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
-        "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect).",
+        "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect). A "
+        "cluster's executors need streambed installed: its tasks and Python daemon are "
+        "streambed's.",
         "local[*]",
     )
     spark_class_archive: str = _setting(
