@@ -22,7 +22,6 @@ import socket
 import pyspark.daemon as daemon
 
 _pyspark_worker = daemon.worker
-MODULE = "streambed.merge.spark_daemon"
 
 
 def worker(sock: socket.socket, authenticated: bool) -> int:

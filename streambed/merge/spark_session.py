@@ -39,6 +39,8 @@ JVM_END_SECONDS = 10.0
 """How long a stop that failed waits for the JVM to end before it takes the failure as real."""
 MASTER_ENV = "STREAMBED_SPARK_MASTER"
 
+DAEMON_MODULE = "streambed.merge.spark_daemon"  # Spark's Python daemon: run with `python -m`
+
 # Settings every streambed session gets. Field ids: Iceberg maps Parquet columns to table
 # columns by id, so Spark must write them (and may use them when reading).
 _CONF = {
@@ -54,7 +56,7 @@ _CONF = {
     "spark.sql.autoBroadcastJoinThreshold": str(64 * 1024 * 1024),
     "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
     # pyspark's daemon, quiet when Spark stops an idle worker (streambed.merge.spark_daemon)
-    "spark.python.daemon.module": "streambed.merge.spark_daemon",
+    "spark.python.daemon.module": DAEMON_MODULE,
 }
 # Only for an in-process (local) driver: a cluster has its own sizing.
 _LOCAL_CONF = {

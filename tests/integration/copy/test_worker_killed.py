@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.merge import spark_daemon
+from streambed.merge.spark_session import DAEMON_MODULE
 from tests.integration.copy.test_initial_copy import ROWS, Writer, _all_ready
 from tests.integration.copy.test_source_outage import create_tables
 from tests.integration.pipeline.conftest import Deployment
@@ -62,7 +62,7 @@ def _python_workers(root: int) -> list[int]:
         return False
 
     def daemon(pid: int) -> bool:
-        return spark_daemon.MODULE in processes.get(pid, (0, ""))[1]
+        return DAEMON_MODULE in processes.get(pid, (0, ""))[1]
 
     return [
         pid
