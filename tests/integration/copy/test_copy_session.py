@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from streambed.copy.client import find_psql, stream_copy
+from streambed.copy.client import CopyClientError, find_psql, stream_copy
 from streambed.copy.duck import stream_range
 from streambed.copy.snapshot import SnapshotAnchor
-from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
 
 SETTINGS = ("jit", "TimeZone", "DateStyle", "extra_float_digits")
 EXPECTED = ["off", "UTC", "ISO, MDY", "3"]
@@ -85,3 +85,99 @@ def test_a_reading_copy_keeps_the_password_off_disk(
     finally:
         anchor.close()
     assert first.num_rows + rest == 200000
+
+
+BACKEND = "SELECT pg_backend_pid() AS pid, current_setting('application_name') AS name"
+
+
+def _backend(url: str, snapshot: str, name: str) -> tuple[int, str]:
+    rows = [
+        r
+        for b in stream_range(url, snapshot, BACKEND, application_name=name)
+        for r in b.to_pylist()
+    ]
+    assert len(rows) == 1
+    return rows[0]["pid"], rows[0]["name"]
+
+
+def _named(pg_db: PgDatabase, pid: int) -> list[tuple[str, str]]:
+    return pg_db.psql("SELECT application_name, state FROM pg_stat_activity WHERE pid = %s", (pid,))
+
+
+def test_the_duckdb_reader_keeps_its_connection_from_one_range_to_the_next(
+    pg_db: PgDatabase,
+) -> None:
+    """A worker's ranges read on one connection, each named for its range while it reads
+    and `streambed-copy` between ranges (progress counts only the named ones)."""
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        first = _backend(pg_db.url, anchor.snapshot_name, "streambed-copy run/0")
+        assert _named(pg_db, first[0]) == [("streambed-copy", "idle")]
+        second = _backend(pg_db.url, anchor.snapshot_name, "streambed-copy run/1")
+    finally:
+        anchor.close()
+    assert first == (second[0], "streambed-copy run/0")
+    assert second[1] == "streambed-copy run/1"
+
+
+def test_a_kept_connection_ended_while_idle_is_replaced_and_the_range_read(
+    pg_db: PgDatabase,
+) -> None:
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        pid, _ = _backend(pg_db.url, anchor.snapshot_name, "streambed-copy run/0")
+        assert pg_db.psql("SELECT pg_terminate_backend(%s)", (pid,)) == [(True,)]
+        rows = stream_range(
+            pg_db.url,
+            anchor.snapshot_name,
+            "SELECT g, pg_backend_pid() AS pid FROM generate_series(1, 1000) g",
+            application_name="streambed-copy run/1",
+        )
+        table = pa.Table.from_batches(list(rows))
+    finally:
+        anchor.close()
+    assert table.column("g").to_pylist() == list(range(1, 1001))
+    assert set(table.column("pid").to_pylist()) != {pid}
+
+
+def test_a_range_failing_on_a_kept_connection_is_not_read_again_and_detaches_it(
+    pg_db: PgDatabase,
+) -> None:
+    """An error after rows were read is the range's (no second attempt), and the next
+    range connects anew: the failed connection may be in any state."""
+    query = "SELECT 1 / (200000 - g) AS v FROM generate_series(1, 200000) g"
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        pid, _ = _backend(pg_db.url, anchor.snapshot_name, "streambed-copy run/0")
+        batches = stream_range(
+            pg_db.url, anchor.snapshot_name, query, application_name="run/1", batch_rows=1000
+        )
+        with pytest.raises(CopyClientError, match="division by zero"):
+            for _ in batches:
+                pass
+        after, _ = _backend(pg_db.url, anchor.snapshot_name, "streambed-copy run/2")
+    finally:
+        anchor.close()
+    assert after != pid
+    assert _named(pg_db, pid) == []  # detached: its backend has ended
+
+
+def test_a_range_of_another_source_detaches_the_kept_connection(
+    pg_db: PgDatabase, pg_server: ThrowawayPostgres
+) -> None:
+    other = pg_server.create_database(f"{pg_db.name}_other")
+    try:
+        anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+        try:
+            pid, _ = _backend(pg_db.url, anchor.snapshot_name, "streambed-copy run/0")
+        finally:
+            anchor.close()
+        anchor = SnapshotAnchor.from_temporary_slot(pg_server.url(other))
+        try:
+            there, _ = _backend(pg_server.url(other), anchor.snapshot_name, "streambed-copy b/0")
+        finally:
+            anchor.close()
+        assert there != pid
+        assert _named(pg_db, pid) == []
+    finally:
+        pg_server.drop_database(other)
