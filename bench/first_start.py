@@ -1,7 +1,7 @@
 """First start: how long a new `streambed run` takes to copy a table, beside a cold DuckDB.
 
     .venv/bin/python bench/first_start.py [--scale 10] [--repeat 2] [--tree DIR]
-                                          [--class-archive]
+                                          [--class-archive] [--tables N [--rows R]]
 
 A throwaway Postgres 15 gets `pgbench -i -s <scale>` (10 → 1M accounts) and a publication
 of all tables. Each round starts `streambed run` as a user would, in a new process with a
@@ -18,6 +18,12 @@ Rounds run without Spark's class archive (`STREAMBED_SPARK_CLASS_ARCHIVE=off`: a
 has none). `--class-archive` first lets one start build the archive (and waits for its
 builder), then runs each round twice, without and with that archive placed in the new data
 directory, as a later start of the same installation would have it.
+
+`--tables N` copies instead N small tables (`many_0001`, ...: an integer key, an md5 text
+and a numeric(10,2), `--rows` rows each, 5,000 by default), as a first start of a database
+of many small tables does: each table is its own copy job and commit, two at a time. It
+notes when the first copy starts and when the last commits; the reference is one DuckDB
+process that attaches the source once and writes each table to its own Parquet file.
 
 `--tree` runs the streambed of another checkout (e.g. a worktree of an older commit) with
 this script, to compare two versions on the same machine. Nothing is written outside a
@@ -36,7 +42,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,8 +59,24 @@ import sys, duckdb
 db = duckdb.connect(config={"allow_unsigned_extensions": "true"})
 db.execute(f"LOAD '{sys.argv[1]}'")
 db.execute(f"ATTACH '{sys.argv[2]}' AS src (TYPE postgres, READ_ONLY)")
-db.execute(f"COPY (SELECT * FROM src.public.pgbench_accounts) TO '{sys.argv[3]}' (FORMAT parquet)")
+for i, table in enumerate(sys.argv[4:]):
+    db.execute(f"COPY (SELECT * FROM src.{table}) TO '{sys.argv[3]}-{i}.parquet' (FORMAT parquet)")
 """
+
+
+def many_tables(url: str, count: int, rows: int) -> list[str]:
+    """(Re)create `count` tables of `rows` rows each; their qualified names."""
+    names = [f"public.many_{i:04d}" for i in range(1, count + 1)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+            conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text, n numeric(10,2))")
+            conn.execute(
+                f"INSERT INTO {name} SELECT g, md5(g::text), g / 7.0 "
+                f"FROM generate_series(1, {rows}) g"
+            )
+        conn.execute("VACUUM ANALYZE")
+    return names
 
 
 def daemon_cpu() -> list[float]:
@@ -75,11 +100,18 @@ def daemon_cpu() -> list[float]:
 
 
 def first_start(
-    tree: Path, url: str, env: dict[str, str], archive: Path | None = None, keep: Path | None = None
+    tree: Path,
+    url: str,
+    env: dict[str, str],
+    archive: Path | None = None,
+    keep: Path | None = None,
+    tables: Sequence[str] = (TABLE,),
 ) -> dict[str, float]:
-    """One `streambed run` on a new data directory: seconds from the start to each event.
-    `archive`: a directory holding a built class archive to start with; `keep`: the data
-    directory to use and keep (its class archive is recorded and built)."""
+    """One `streambed run` on a new data directory: seconds from the start to each event
+    ("copied": when the last of `tables` committed its copy). `archive`: a directory
+    holding a built class archive to start with; `keep`: the data directory to use and
+    keep (its class archive is recorded and built)."""
+    waiting = set(tables)
     with tempfile.TemporaryDirectory(prefix="streambed-bench-") as temporary:
         data = keep or Path(temporary)
         if archive is not None:
@@ -111,9 +143,12 @@ def first_start(
                     seen["archive"] = 1
                 if "starting spark" in line:
                     seen.setdefault("spark", now)
-                elif f"table={TABLE} " in line and "copy started" in line:
+                elif "copy started" in line and _table(line) in waiting:
                     seen.setdefault("copy started", now)
-                elif f"table={TABLE} " in line and "copy committed" in line:
+                elif "copy committed" in line and _table(line) in waiting:
+                    waiting.discard(_table(line))
+                    if waiting:
+                        continue
                     seen["copied"] = now
                     cpu = daemon_cpu()
                     seen["daemons"] = len(cpu)
@@ -130,13 +165,20 @@ def first_start(
             process.wait(120)
             seen["stop"] = time.monotonic() - stopping
         if "copied" not in seen:
-            raise SystemExit(f"streambed exited ({process.returncode}) before copying {TABLE}")
+            raise SystemExit(f"streambed exited ({process.returncode}) before copying {waiting}")
         return seen
 
 
-def build_archive(tree: Path, url: str, env: dict[str, str], data: Path) -> Path:
+def _table(line: str) -> str | None:
+    found = re.search(r"\btable=(\S+)", line)
+    return found.group(1) if found else None
+
+
+def build_archive(
+    tree: Path, url: str, env: dict[str, str], data: Path, tables: Sequence[str]
+) -> Path:
     """Let one start record its classes and build the archive; the directory holding it."""
-    first_start(tree, url, env, keep=data)
+    first_start(tree, url, env, keep=data, tables=tables)
     spark = data / "spark"
     started = time.monotonic()
     while not list(spark.glob("spark-*.json")):
@@ -170,6 +212,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--class-archive", action="store_true")
+    parser.add_argument("--tables", type=int, default=0, help="copy N small tables instead")
+    parser.add_argument("--rows", type=int, default=5000, help="rows of each of --tables")
     args = parser.parse_args()
     psql = find_psql()
     assert psql is not None, "psql is needed for pgbench"
@@ -178,7 +222,12 @@ def main() -> None:
     with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory(prefix="streambed-bench-") as tmp:
         url = pg.url()
         env = {**os.environ, "PGPASSWORD": pg.password}
-        rows = pgbench_accounts(pgbench, url, env, args.scale)
+        if args.tables:
+            tables = many_tables(url, args.tables, args.rows)
+            rows = args.tables * args.rows
+        else:
+            tables = [TABLE]
+            rows = pgbench_accounts(pgbench, url, env, args.scale)
         with pg.connect() as conn:
             conn.execute("CREATE PUBLICATION streambed FOR ALL TABLES")
             conn.commit()
@@ -187,7 +236,9 @@ def main() -> None:
             scanner.write_bytes(Path(extension).read_bytes())
         print(f"{rows:,} rows; streambed from {args.tree}; load {os.getloadavg()[0]:.2f}")
         archive = (
-            build_archive(args.tree, url, env, Path(tmp) / "kept") if args.class_archive else None
+            build_archive(args.tree, url, env, Path(tmp) / "kept", tables)
+            if args.class_archive
+            else None
         )
         ours: list[float] = []
         archived: list[float] = []
@@ -197,23 +248,24 @@ def main() -> None:
             if extension is not None:
                 started = time.monotonic()
                 subprocess.run(
-                    [sys.executable, "-c", DUCKDB_COPY, str(scanner), url, f"{tmp}/duck.parquet"],
+                    [sys.executable, "-c", DUCKDB_COPY, str(scanner), url, f"{tmp}/duck", *tables],
                     check=True,
                     env=env,
                 )
                 duck = time.monotonic() - started
                 ducks.append(duck)
-            seen = first_start(args.tree, url, env)
+            seen = first_start(args.tree, url, env, tables=tables)
             ours.append(seen["copied"])
             print(f"  round: {_line(seen, duck)}", flush=True)
             if archive is not None:
-                seen = first_start(args.tree, url, env, archive=archive)
+                seen = first_start(args.tree, url, env, archive=archive, tables=tables)
                 if not seen.get("archive"):
                     raise SystemExit("streambed did not start Spark from the class archive")
                 archived.append(seen["copied"])
                 print(f"  with the class archive: {_line(seen, None)}", flush=True)
+        what = f"{len(tables)} tables" if args.tables else TABLE
         print(
-            f"{TABLE} copied by a first start in {min(ours):.1f} s best, "
+            f"{what} copied by a first start in {min(ours):.1f} s best, "
             f"{statistics.median(ours):.1f} s median"
             + (
                 f"; with the class archive {min(archived):.1f} s best, "

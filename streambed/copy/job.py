@@ -81,15 +81,17 @@ def output_dir(table: Table, run_id: str) -> str:
 def lake_table(catalog: Catalog, info: TableInfo) -> Table:
     """The lake table to copy into: the existing one when its schema still matches the
     source, else a new one (a resync after a schema change replaces it)."""
-    try:
-        table = ensure_table(catalog, info.relation, info.key)
-    except SchemaError:
-        catalog.drop_table((info.schema, info.name))
-        table = ensure_table(catalog, info.relation, info.key)
     # The columns' attnums as of the copy's snapshot, i.e. the seam: a rename that follows in
     # the stream is then known to be one even if the live catalog has moved on by the time
-    # the stream's first Relation message for the table is applied.
+    # the stream's first Relation message for the table is applied. A new table is created
+    # with them (one commit fewer per table: a first start of many small tables).
     attnums = json.dumps(dict(info.attnums))
+    extra = {PROP_ATTNUMS: attnums} if info.attnums else None
+    try:
+        table = ensure_table(catalog, info.relation, info.key, extra)
+    except SchemaError:
+        catalog.drop_table((info.schema, info.name))
+        table = ensure_table(catalog, info.relation, info.key, extra)
     if info.attnums and table.properties.get(PROP_ATTNUMS) != attnums:
         with table.transaction() as tx:
             tx.set_properties({PROP_ATTNUMS: attnums})

@@ -275,20 +275,34 @@ class CopyManager:
 
     def step(self) -> bool:
         """Take finished copies and resync requests; call right after a flush. True when
-        a copy committed: restart the stream so the slot re-sends the held changes."""
+        a copy committed: restart the stream so the slot re-sends the held changes.
+
+        The copies committed since the last step are recorded together: one watermark, so
+        one refresh of the query server's views and one restart of the stream however many
+        finished (each is a pass over every table: a first start of hundreds of small
+        tables spent most of its time on them, one per copy)."""
         with self._lock:
             outcomes, self._outcomes = self._outcomes, []
-        restart = False
         again: list[Name] = []  # resync requested while their copy ran: it has ended now
+        committed: list[Outcome] = []
         for i, outcome in enumerate(outcomes):
             try:
-                restart = self._take(outcome, again) or restart
+                if self._take(outcome, again):
+                    committed.append(outcome)
             except BaseException:
                 # Storage failed (the pipeline retries): this outcome and the ones after it
                 # are taken again at the next step; taking one twice does nothing more.
-                with self._lock:
-                    self._outcomes[:0] = outcomes[i:]
+                self._take_again([*committed, *outcomes[i:]])
                 raise
+        if committed:
+            try:
+                self.lake.load([o.name for o in committed])
+                self._record_watermark(max(o.frontier or 0 for o in committed))
+            except BaseException:
+                self._take_again(committed)
+                raise
+            for outcome in committed:
+                self._blocked.discard(outcome.name)
         retries = self._due_again(time.monotonic())  # logged there
         requested = again + retries
         for table in self.state.take_resync_requests():
@@ -315,10 +329,15 @@ class CopyManager:
             if asked:
                 log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
             self._submit(tuple(requested), None, self._position)
-        return restart
+        return bool(committed)
+
+    def _take_again(self, outcomes: list[Outcome]) -> None:
+        with self._lock:
+            self._outcomes[:0] = outcomes
 
     def _take(self, outcome: Outcome, again: list[Name]) -> bool:
-        """Take one finished copy; True when it committed."""
+        """Take one finished copy; True when it committed (then `step` records it and
+        unblocks the table)."""
         with self._lock:
             self._holds.pop(outcome.name, None)
         if outcome.name in self._resync_after:
@@ -334,9 +353,6 @@ class CopyManager:
             # Stays blocked and pending: copied again at a resync or the next start, or after
             # a pause when Spark or storage failed (`_copy_again_at`).
             return False
-        self._blocked.discard(outcome.name)
-        self.lake.load([outcome.name])
-        self._record_watermark(outcome.frontier or 0)
         return True
 
     def _due_again(self, now: float) -> list[Name]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
 from typing import Final
 
 import pyarrow as pa
@@ -76,8 +77,11 @@ def iceberg_schema(relation: Relation, key: TableKey) -> Schema:
     return Schema(*fields, identifier_field_ids=identifier)
 
 
-def ensure_table(catalog: Catalog, relation: Relation, key: TableKey) -> Table:
-    """The lake table of a relation, created with its namespace when missing.
+def ensure_table(
+    catalog: Catalog, relation: Relation, key: TableKey, extra: Mapping[str, str] | None = None
+) -> Table:
+    """The lake table of a relation, created with its namespace when missing (with the
+    properties `extra` too: a new table's first metadata holds them, no second commit).
 
     An existing table must have the same columns (names and types) and key; otherwise
     SchemaError (schema evolution is not supported yet).
@@ -96,6 +100,7 @@ def ensure_table(catalog: Catalog, relation: Relation, key: TableKey) -> Table:
             PROP_SOURCE: f"{relation.namespace}.{relation.name}",
             PROP_FULL_ROW: "true" if key.full_row and not key.columns else "false",
             **METADATA_PROPERTIES,
+            **(extra or {}),
         }
         for name in key_names:
             properties[f"write.metadata.metrics.column.{name}"] = "full"
