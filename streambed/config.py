@@ -147,6 +147,14 @@ class Settings:
         "source whose binary COPY DuckDB cannot read).",
         "duckdb",
     )
+    copy_local_bytes: int = _setting(
+        "STREAMBED_COPY_LOCAL_BYTES",
+        "Tables of at most this many bytes (heap and TOAST, when their copy starts) are copied "
+        "by streambed's own process, each in one range and one file, without Spark: for a "
+        "small table Spark's job costs more than the reading, and a first start of only small "
+        "tables need not wait for Spark. 0 copies every table on Spark.",
+        8 * 1024 * 1024,
+    )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
         "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect). A "
@@ -355,6 +363,11 @@ class Settings:
             out.append(f"STREAMBED_STATUS_INTERVAL={self.status_interval} must be above 0 seconds")
         if self.heartbeat_interval < 0:
             out.append("STREAMBED_HEARTBEAT_INTERVAL must be 0 (off) or a positive number")
+        if self.copy_local_bytes < 0:
+            out.append(
+                f"STREAMBED_COPY_LOCAL_BYTES={self.copy_local_bytes} must be 0 (copy every table "
+                "on Spark) or a positive number of bytes"
+            )
         if self.copy_reader not in ("duckdb", "csv"):
             out.append(f"STREAMBED_COPY_READER={self.copy_reader!r} must be duckdb or csv")
         for name, hours in (

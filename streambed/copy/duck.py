@@ -323,10 +323,13 @@ def stream_range(
     application_name: str,
     batch_rows: int = BATCH_ROWS,
     memory_limit: str = MEMORY_LIMIT,
+    keep: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of `query` run under `snapshot`, as Arrow batches of DuckDB's types.
 
-    Read through this process's kept attachment of the source (`_attach`). A kept
+    Read through this process's kept attachment of the source (`_attach`), or with `keep`
+    false through one of the range's own, detached at its end (a copy in streambed's own
+    process, whose copy threads read at the same time, `streambed.copy.job`). A kept
     connection that fails before the range's query (the server ended it while it was idle)
     is replaced by a new one, once; any other failure detaches it and is raised: once the
     query runs, a failure is the range's (a backend terminated while it reads is the copy
@@ -334,7 +337,7 @@ def stream_range(
     import duckdb
 
     for _ in range(2):
-        alias, fresh = _attach(url)
+        alias, fresh = _attach(url) if keep else (_attach_new(url), True)
         db = _database().cursor()
         querying = failed = False
         try:
@@ -374,7 +377,9 @@ def stream_range(
                 db.execute("ROLLBACK")
             with contextlib.suppress(duckdb.Error):
                 db.close()
-            if failed:
+            if not keep:
+                _detach_alias(alias)
+            elif failed:
                 _detach()
         return
 
@@ -413,11 +418,19 @@ def _attach(url: str) -> tuple[str, bool]:
     idle for a minute), or when a range fails on it (`_detach`)."""
     global _kept
     key = _source_key(url)
-    db = _database()
     with _db_lock:
         if _kept is not None and _kept.key == key:
             return _kept.alias, False
     _detach()
+    alias = _attach_new(url)
+    with _db_lock:
+        _kept = _Attachment(alias, key)
+    return alias, True
+
+
+def _attach_new(url: str) -> str:
+    """Attach the source at `url` under a new alias; the alias. (On a cursor of its own:
+    the process's connection is shared by threads, and a DuckDB connection is not.)"""
     alias = f"src_{uuid.uuid4().hex}"
     with contextlib.ExitStack() as secrets:
         password = copy_params(url, KEPT_NAME).get("password")
@@ -425,13 +438,14 @@ def _attach(url: str) -> tuple[str, bool]:
         if password is not None:  # needed only while connecting
             _, passfile = secrets.enter_context(secret_file(passfile_text(password)))
         keywords, _ = conninfo(url, KEPT_NAME, passfile)
+        db = _database().cursor()
         try:
             db.execute(f"ATTACH {_quote(keywords)} AS {alias} (TYPE postgres, READ_ONLY)")
         except duckdb_error() as e:
             raise CopyClientError(_message(e)) from None
-    with _db_lock:
-        _kept = _Attachment(alias, key)
-    return alias, True
+        finally:
+            db.close()
+    return alias
 
 
 def _detach() -> None:
@@ -440,8 +454,16 @@ def _detach() -> None:
     with _db_lock:
         kept, _kept = _kept, None
     if kept is not None:
+        _detach_alias(kept.alias)
+
+
+def _detach_alias(alias: str) -> None:
+    db = _database().cursor()
+    try:
         with contextlib.suppress(duckdb_error()):
-            _database().execute(f"DETACH {kept.alias}")
+            db.execute(f"DETACH {alias}")
+    finally:
+        db.close()
 
 
 def _on_source(db: duckdb.DuckDBPyConnection, alias: str, statement: str) -> None:

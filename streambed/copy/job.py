@@ -28,7 +28,7 @@ from pyiceberg.table import Table
 
 from streambed.copy.catalog import TableInfo
 from streambed.copy.orphans import remove_orphans
-from streambed.copy.ranges import block_ranges
+from streambed.copy.ranges import BlockRange, block_ranges
 from streambed.copy.snapshot import (
     CopyInterrupted,
     SnapshotExpired,
@@ -36,7 +36,7 @@ from streambed.copy.snapshot import (
     connection_lost,
     snapshot_expired,
 )
-from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition
+from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition, copy_range
 from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
@@ -99,6 +99,12 @@ def lake_table(catalog: Catalog, info: TableInfo) -> Table:
     return table
 
 
+def copies_here(info: TableInfo, local_bytes: int) -> bool:
+    """Whether `info` is copied in streambed's own process: not empty, and at most
+    `local_bytes` of heap and TOAST (`STREAMBED_COPY_LOCAL_BYTES`)."""
+    return info.blocks > 0 and info.blocks * 8192 + info.toast_bytes <= local_bytes
+
+
 def copy_table(
     spark: SparkSession | None,
     table: Table,
@@ -112,14 +118,19 @@ def copy_table(
     batch_bytes: int | None = None,
     reader: str | None = None,
     duckdb_memory_limit: str | None = None,
+    local_bytes: int = 0,
 ) -> CopyResult:
     """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`.
 
     A table whose heap is empty now was empty in the snapshot too (the snapshot keeps
-    VACUUM from removing rows it can see), so it is committed without starting Spark.
+    VACUUM from removing rows it can see), so it is committed without starting Spark. A
+    table of at most `local_bytes` (`copies_here`) is copied in this process, as one range
+    read the way a Spark task reads one (`spark` may then be None): for a small table,
+    Spark's job costs more than the reading (docs/initial-copy.md).
     """
     started = time.monotonic()
-    if info.blocks == 0 or spark is None:
+    here = copies_here(info, local_bytes)
+    if info.blocks == 0 or (spark is None and not here):
         if info.blocks != 0:
             raise StreambedError(f"{info.qualified}: a non-empty table needs Spark to copy")
         location = truncate_commit(table, added=[], lsn=frontier)
@@ -127,7 +138,11 @@ def copy_table(
     if (reader or "duckdb") == "duckdb":
         _check_duckdb_reader()
     out = output_dir(table, run_id)
-    ranges = block_ranges(info.blocks, slots=task_slots(spark))
+    if here:
+        ranges = [BlockRange(0, None)]
+    else:
+        assert spark is not None
+        ranges = block_ranges(info.blocks, slots=task_slots(spark))
     options = {
         **fs_options,
         "url": url,
@@ -160,7 +175,58 @@ def copy_table(
         options["reader"] = reader  # `streambed.copy.task`: duckdb (default) or csv
     if duckdb_memory_limit is not None:
         options["duckdb_memory_limit"] = duckdb_memory_limit  # tests: `duck.MEMORY_LIMIT`
-    group = f"streambed-copy-{run_id}"  # names the job's tasks for `wait_for_tasks`
+    if here:
+        # The copy threads read at the same time: each range on a connection of its own.
+        options["keep_connection"] = "false"
+        written = _copy_here(info, options)
+    else:
+        assert spark is not None
+        written = _copy_on_spark(spark, info, options, ranges)
+    # Range order (the names start with the range's index): a table inserted in key order
+    # keeps files whose key bounds follow each other.
+    written = sorted(written, key=lambda w: w[0])
+    files = [path for path, *_ in written]
+    rows = sum(count for _, count, *_ in written)
+    size = sum(length for _, _, length, *_ in written)
+    copying = max(w[4] for w in written) - min(w[3] for w in written) if written else None
+    footers = {w[0]: Footer(w[5], w[2]) for w in written if w[5] is not None}
+    failpoint("during_copy")  # files written, nothing committed: the crash tests stop here
+    if reached("copy_leftover_file"):
+        _plant_leftover(out, files, fs_options)
+    location = truncate_commit(table, added=files, lsn=frontier, footers=footers)
+    failpoint("after_copy_commit")  # committed; state not updated, leftovers not removed
+    if spark is not None and not here:
+        wait_for_tasks(spark, _job_group(run_id))
+    remove_orphans(out, files, fs_options, table=info.qualified)
+    return CopyResult(
+        info.qualified,
+        rows,
+        len(files),
+        size,
+        frontier,
+        location,
+        time.monotonic() - started,
+        copying,
+    )
+
+
+def _job_group(run_id: str) -> str:
+    return f"streambed-copy-{run_id}"
+
+
+def _copy_here(info: TableInfo, options: Mapping[str, str]) -> list[Written]:
+    """The table's one range read and written by this thread, as a Spark task would."""
+    try:
+        return list(copy_range(options, 0, 0, None))
+    except Exception as e:
+        raise _failure(info.qualified, e, where="in streambed's process") from None
+
+
+def _copy_on_spark(
+    spark: SparkSession, info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange]
+) -> list[Written]:
+    """The table's ranges copied by a Spark job, one task a range; their files."""
+    group = _job_group(options["run_id"])  # names the job's tasks for `wait_for_tasks`
     context = spark.sparkContext
     previous = context.getLocalProperty(JOB_GROUP)
     context.setJobGroup(group, f"copy of {info.qualified}")
@@ -178,31 +244,7 @@ def copy_table(
         # Not over the job's own error when Spark's JVM has ended.
         with contextlib.suppress(Exception):
             context.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None unsets
-    # Range order (the names start with the range's index): a table inserted in key order
-    # keeps files whose key bounds follow each other.
-    written = sorted(written, key=lambda w: w[0])
-    files = [path for path, *_ in written]
-    rows = sum(count for _, count, *_ in written)
-    size = sum(length for _, _, length, *_ in written)
-    copying = max(w[4] for w in written) - min(w[3] for w in written) if written else None
-    footers = {w[0]: Footer(w[5], w[2]) for w in written if w[5] is not None}
-    failpoint("during_copy")  # files written, nothing committed: the crash tests stop here
-    if reached("copy_leftover_file"):
-        _plant_leftover(out, files, fs_options)
-    location = truncate_commit(table, added=files, lsn=frontier, footers=footers)
-    failpoint("after_copy_commit")  # committed; state not updated, leftovers not removed
-    wait_for_tasks(spark, group)
-    remove_orphans(out, files, fs_options, table=info.qualified)
-    return CopyResult(
-        info.qualified,
-        rows,
-        len(files),
-        size,
-        frontier,
-        location,
-        time.monotonic() - started,
-        copying,
-    )
+    return written
 
 
 def _check_duckdb_reader() -> None:
@@ -329,7 +371,7 @@ def worker_message(error: BaseException) -> str | None:
     return found.group(1) if found else None
 
 
-def _failure(qualified: str, error: BaseException) -> StreambedError:
+def _failure(qualified: str, error: BaseException, where: str = "on Spark") -> StreambedError:
     message = worker_message(error)
     if message is not None:
         kind = Kind.SOURCE_SETUP
@@ -362,4 +404,4 @@ def _failure(qualified: str, error: BaseException) -> StreambedError:
     if refused is not None:
         return refused
     first = " ".join(str(error).split())[:500]
-    return StreambedError(f"copy of {qualified} failed on Spark: {first}", kind=Kind.STORAGE)
+    return StreambedError(f"copy of {qualified} failed {where}: {first}", kind=Kind.STORAGE)

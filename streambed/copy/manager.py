@@ -63,7 +63,13 @@ from pyiceberg.catalog import Catalog
 from streambed.changes import TableKey
 from streambed.config import Settings
 from streambed.copy.catalog import TableGone, TableInfo, table_info
-from streambed.copy.job import copy_table, discard_uncommitted, lake_table, output_dir
+from streambed.copy.job import (
+    copies_here,
+    copy_table,
+    discard_uncommitted,
+    lake_table,
+    output_dir,
+)
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
 from streambed.errors import Kind, SourceError, StreambedError, raised_by_spark
@@ -475,11 +481,9 @@ class CopyManager:
             if reached("expire_copy_snapshot"):
                 log(logger, "failpoint expire_copy_snapshot: ending the copy's snapshot")
                 anchor.close()
-            # Spark starts only when there is something to copy (empty tables need none).
-            spark = self._spark() if any(info.blocks > 0 for info in infos) else None
             with ThreadPoolExecutor(max_workers=self.max_parallel) as pool:
                 for info in infos:
-                    pool.submit(self._copy_one, spark, info, anchor, again)
+                    pool.submit(self._copy_one, info, anchor, again)
         finally:
             anchor.close()
         if again:  # copied again under a new snapshot; their holds stay
@@ -529,9 +533,7 @@ class CopyManager:
         with self._lock:
             self._outcomes.append(Outcome(name, error=error, gone=True))
 
-    def _copy_one(
-        self, spark: Any, info: TableInfo, anchor: SnapshotAnchor, again: list[Name]
-    ) -> None:
+    def _copy_one(self, info: TableInfo, anchor: SnapshotAnchor, again: list[Name]) -> None:
         name = (info.schema, info.name)
         run_id = uuid.uuid4().hex[:12]
         try:
@@ -547,6 +549,10 @@ class CopyManager:
             )
             self.progress.start(info.qualified, run_id, info.estimated_rows)
             log(logger, "copy started", table=info.qualified, seam=format_lsn(anchor.seam))
+            # Spark only for a table that needs it: empty and small tables are copied
+            # without it, meanwhile a first start's Spark is still starting.
+            local = self.settings.copy_local_bytes
+            spark = None if info.blocks == 0 or copies_here(info, local) else self._spark()
             result = copy_table(
                 spark,
                 table,
@@ -557,6 +563,7 @@ class CopyManager:
                 run_id=run_id,
                 fs_options=self.fs_options,
                 reader=self.settings.copy_reader,
+                local_bytes=local,
             )
         except Exception as e:
             error = copy_error(e)

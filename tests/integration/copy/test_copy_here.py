@@ -1,0 +1,173 @@
+"""A small table's copy in streambed's own process (`job.copies_here`): one range, one file,
+no Spark, on a real Postgres and on the local warehouse and S3."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+
+from streambed.config import Settings
+from streambed.copy.catalog import table_info
+from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
+from streambed.copy.snapshot import SnapshotAnchor
+from streambed.errors import SchemaError, StreambedError
+from streambed.lake.catalog import open_catalog
+from streambed.lake.commit import frontier
+from streambed.merge.pyarrow_source import filesystem, fs_options
+from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.s3 import ThrowawayS3
+
+LIMIT = 8 * 1024 * 1024
+ROWS = 3000
+
+
+@pytest.fixture(params=["local", "s3"])
+def settings(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> Settings:
+    if request.param == "local":
+        return Settings(source_url=pg_db.url, data_dir=tmp_path)
+    server: ThrowawayS3 = request.getfixturevalue("s3_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    return Settings(source_url=pg_db.url, data_dir=tmp_path, **server.settings_kwargs(bucket))
+
+
+def _small(url: str, name: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, code char(3), v text, n numeric)")
+        conn.execute(
+            f"INSERT INTO {name} SELECT g, 'a', CASE WHEN g % 5 = 0 THEN NULL ELSE md5(g::text) "
+            f"END, g / 7.0 FROM generate_series(1, {ROWS}) g"
+        )
+        conn.execute(f"ANALYZE {name}")
+
+
+def _copy(settings: Settings, anchor: SnapshotAnchor, name: str, limit: int) -> CopyResult:
+    catalog = open_catalog(settings)
+    info = table_info(anchor.conn, "public", name)
+    return copy_table(
+        None,
+        lake_table(catalog, info),
+        info,
+        url=settings.source_url,
+        snapshot=anchor.snapshot_name,
+        frontier=anchor.frontier,
+        run_id=uuid.uuid4().hex[:12],
+        fs_options=fs_options(settings),
+        local_bytes=limit,
+    )
+
+
+def _copy_connections(pg_db: PgDatabase) -> list[tuple[str]]:
+    return [
+        (str(r[0]),)
+        for r in pg_db.psql(
+            "SELECT application_name FROM pg_stat_activity "
+            "WHERE application_name LIKE 'streambed-copy%%' "
+            "AND application_name <> 'streambed-copy anchor'"
+        )
+    ]
+
+
+def test_a_small_table_is_copied_without_spark_in_one_file(
+    settings: Settings, pg_db: PgDatabase
+) -> None:
+    url = settings.source_url
+    _small(url, "small")
+    anchor = SnapshotAnchor.from_temporary_slot(url)
+    try:
+        result = _copy(settings, anchor, "small", LIMIT)
+    finally:
+        anchor.close()
+    assert result.rows == ROWS and result.files == 1
+    table = open_catalog(settings).load_table(("public", "small"))
+    assert frontier(table) == anchor.frontier and len(table.history()) == 1
+    (task,) = table.scan().plan_files()
+    assert task.file.file_path.startswith(output_dir(table, "").rsplit("-", 1)[0])
+    fs, path = filesystem(task.file.file_path, fs_options(settings))
+    assert pq.read_metadata(path, filesystem=fs).num_rows == ROWS
+    lake = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    with psycopg.connect(url) as conn:
+        source = conn.execute("SELECT id, code, v, n::text FROM small ORDER BY id").fetchall()
+    assert [(r["id"], r["code"], r["v"], str(r["n"])) for r in lake] == [
+        (i, c, v, n) for i, c, v, n in source
+    ]
+    assert _copy_connections(pg_db) == []  # the range's own connection is closed
+
+
+def test_two_small_tables_copied_at_once_each_read_on_their_own_connection(
+    pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    """The copy manager's threads copy small tables side by side in one process."""
+    settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
+    names = [f"small_{i}" for i in range(6)]
+    for name in names:
+        _small(pg_db.url, name)
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    catalog = open_catalog(settings)
+    infos = [table_info(anchor.conn, "public", n) for n in names]
+    tables = [lake_table(catalog, info) for info in infos]  # created one at a time
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = list(
+                pool.map(
+                    lambda pair: copy_table(
+                        None,
+                        pair[0],
+                        pair[1],
+                        url=pg_db.url,
+                        snapshot=anchor.snapshot_name,
+                        frontier=anchor.frontier,
+                        run_id=uuid.uuid4().hex[:12],
+                        fs_options={},
+                        local_bytes=LIMIT,
+                    ),
+                    zip(tables, infos, strict=True),
+                )
+            )
+    finally:
+        anchor.close()
+    assert [r.rows for r in results] == [ROWS] * len(names)
+    for name in names:
+        table = catalog.load_table(("public", name))
+        ids = sorted(table.scan().to_arrow().column("id").to_pylist())
+        assert ids == list(range(1, ROWS + 1))
+    assert _copy_connections(pg_db) == []
+
+
+def test_a_table_over_the_limit_is_not_copied_without_spark(
+    pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
+    _small(pg_db.url, "small")
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        with pytest.raises(StreambedError, match="a non-empty table needs Spark to copy"):
+            _copy(settings, anchor, "small", 8192)  # one block: smaller than the table
+    finally:
+        anchor.close()
+
+
+def test_a_value_the_lake_cannot_store_stops_the_copy_and_leaves_no_file(
+    pg_db: PgDatabase, tmp_path: Path
+) -> None:
+    settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE far (id int PRIMARY KEY, at timestamp)")
+        conn.execute(
+            "INSERT INTO far VALUES (1, '2024-01-01'), (2, '294247-01-10 04:00:54.775808')"
+        )
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    try:
+        with pytest.raises(SchemaError, match="cannot be stored exactly"):
+            _copy(settings, anchor, "far", LIMIT)
+    finally:
+        anchor.close()
+    table = open_catalog(settings).load_table(("public", "far"))
+    assert table.current_snapshot() is None  # nothing committed
+    copies = Path(output_dir(table, "x").removeprefix("file://")).parent
+    assert list(copies.rglob("*.parquet")) == []
+    assert _copy_connections(pg_db) == []
