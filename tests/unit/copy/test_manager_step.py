@@ -4,7 +4,7 @@ failed with says whether it is copied again after a pause."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,9 @@ class FlakyLake:
         return {}
 
 
-def manager_for(tmp_path: Path, lake: FlakyLake) -> CopyManager:
+def manager_for(
+    tmp_path: Path, lake: FlakyLake, on_commit: Callable[[int], None] | None = None
+) -> CopyManager:
     url = "postgresql://localhost/db"
     settings = Settings.from_env({"STREAMBED_SOURCE_URL": url, "STREAMBED_DATA_DIR": str(tmp_path)})
     return CopyManager(
@@ -48,6 +50,7 @@ def manager_for(tmp_path: Path, lake: FlakyLake) -> CopyManager:
         lambda: None,  # type: ignore[arg-type, return-value]
         {},
         progress=ProgressBoard(url, out=io.StringIO()),
+        on_commit=on_commit,
     )
 
 
@@ -61,13 +64,32 @@ def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> Non
     with pytest.raises(StorageError):
         manager.step()
     assert manager.due(0.0)  # both copies are still to be taken
-    assert manager.blocked(*B)
+    assert manager.blocked(*A) and manager.blocked(*B)  # unblocked once recorded
 
     assert manager.step() is True  # committed copies: the stream restarts
     assert lake.loaded == [A, B]
     assert not manager.blocked(*A) and not manager.blocked(*B)
     assert manager.ack_limit() is None  # no hold left
     assert manager._outcomes == []
+
+
+def test_copies_finished_together_are_recorded_in_one_watermark(tmp_path: Path) -> None:
+    """One watermark, so one refresh of the query views and one restart of the stream, for
+    every copy a step takes; its tables are unblocked only once it is recorded."""
+    commits: list[int] = []
+    lake = FlakyLake(failures=0)
+    manager = manager_for(tmp_path, lake, on_commit=commits.append)
+    manager._blocked = {A, B}
+    manager._holds = {A: 100, B: 100}
+    manager._outcomes = [Outcome(A, frontier=300), Outcome(B, frontier=200)]
+
+    assert manager.step() is True
+    assert commits == [300]
+    latest = manager.state.latest_watermark()
+    assert latest is not None and latest.lsn == 300
+    assert lake.loaded == [A, B]
+    assert not manager.blocked(*A) and not manager.blocked(*B)
+    assert manager.step() is False and commits == [300]  # nothing new: nothing recorded
 
 
 def test_a_copy_the_store_refused_stops_the_process(tmp_path: Path) -> None:
