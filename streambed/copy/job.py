@@ -1,4 +1,5 @@
-"""One table's copy: Spark tasks copy its ctid ranges into Parquet files; one Iceberg commit.
+"""One table's copy: Spark tasks copy its ctid ranges into Parquet files (a small table's
+one range is copied by the calling thread, `copies_here`); one Iceberg commit.
 
 Nothing of a copy is visible before its single commit, which replaces every data file of the
 lake table (a re-copy replaces the old contents atomically) and records the frontier
