@@ -5,8 +5,20 @@ from pathlib import Path
 
 import pytest
 
+from streambed.config import Settings
 from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.pipeline.conftest import Deployment, deployment
+
+
+@pytest.fixture(params=["local", "s3"])
+def settings(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> Settings:
+    """Settings for the test's database, with the lake on the local warehouse, then on S3."""
+    if request.param == "local":
+        return Settings(source_url=pg_db.url, data_dir=tmp_path)
+    server: ThrowawayS3 = request.getfixturevalue("s3_server")
+    bucket = request.getfixturevalue("s3_bucket")
+    return Settings(source_url=pg_db.url, data_dir=tmp_path, **server.settings_kwargs(bucket))
 
 
 @pytest.fixture

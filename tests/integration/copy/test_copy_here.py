@@ -20,19 +20,9 @@ from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import frontier
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from tests.fixtures.postgres import PgDatabase
-from tests.fixtures.s3 import ThrowawayS3
 
 LIMIT = 8 * 1024 * 1024
 ROWS = 3000
-
-
-@pytest.fixture(params=["local", "s3"])
-def settings(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> Settings:
-    if request.param == "local":
-        return Settings(source_url=pg_db.url, data_dir=tmp_path)
-    server: ThrowawayS3 = request.getfixturevalue("s3_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return Settings(source_url=pg_db.url, data_dir=tmp_path, **server.settings_kwargs(bucket))
 
 
 def _small(url: str, name: str) -> None:

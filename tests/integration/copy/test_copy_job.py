@@ -29,7 +29,6 @@ from streambed.lake.commit import frontier
 from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from tests.fixtures.postgres import PgDatabase
-from tests.fixtures.s3 import ThrowawayS3
 from tests.fixtures.spark import PANDAS_WARNING
 
 if TYPE_CHECKING:
@@ -81,15 +80,6 @@ def _only_committed_files_left(table: Table) -> None:
     out = Path(output_dir(table, uuid.uuid4().hex).removeprefix("file://")).parent
     live = {Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files()}
     assert set(out.rglob("*.parquet")) == live
-
-
-@pytest.fixture(params=["local", "s3"])
-def settings(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> Settings:
-    if request.param == "local":
-        return Settings(source_url=pg_db.url, data_dir=tmp_path)
-    server: ThrowawayS3 = request.getfixturevalue("s3_server")
-    bucket = request.getfixturevalue("s3_bucket")
-    return Settings(source_url=pg_db.url, data_dir=tmp_path, **server.settings_kwargs(bucket))
 
 
 def _source(url: str) -> None:
