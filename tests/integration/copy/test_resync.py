@@ -103,9 +103,10 @@ def test_resync_requested_during_the_tables_copy_copies_it_again_after_that_copy
     d = copy_deployment
     _schema(d.url)
     with Writer(d.url, TABLES) as writer:
-        d.proc.start()
-        # The first start's copy runs for seconds (Spark starts first): request a resync
-        # of a table while it is registered and not yet ready.
+        # Every table on Spark, not only those over 8 MiB: the first start's copy then runs
+        # for seconds (Spark starts first), and a resync is requested while the table is
+        # registered and not yet ready.
+        d.proc.start({"STREAMBED_COPY_LOCAL_BYTES": "0"})
         wait_until(
             lambda: _statuses(d).get("public.big_b") in ("pending", "copying"),
             120,
