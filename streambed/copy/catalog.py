@@ -30,12 +30,16 @@ class TableInfo:
     # does not decode as that function's text (`streambed.copy.duck.select_query`).
     outputs: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def stored_bytes(self) -> int:
+        """The table's heap and TOAST as stored now (8 kB blocks)."""
+        return self.blocks * 8192 + self.toast_bytes
+
     def row_bytes(self) -> float:
         """Estimated bytes of a row with its out-of-line values (stored size: TOAST may be
         compressed); 0 when unknown (never analyzed and nothing out of line)."""
-        heap = self.blocks * 8192
         if self.estimated_rows > 0:
-            return (heap + self.toast_bytes) / self.estimated_rows
+            return self.stored_bytes / self.estimated_rows
         return float(self.toast_bytes and 1024 * 1024)  # unknown rows, large values: assume big
 
     @property

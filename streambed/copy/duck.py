@@ -431,6 +431,8 @@ def _attach(url: str) -> tuple[str, bool]:
 def _attach_new(url: str) -> str:
     """Attach the source at `url` under a new alias; the alias. (On a cursor of its own:
     the process's connection is shared by threads, and a DuckDB connection is not.)"""
+    import duckdb
+
     alias = f"src_{uuid.uuid4().hex}"
     with contextlib.ExitStack() as secrets:
         password = copy_params(url, KEPT_NAME).get("password")
@@ -441,7 +443,7 @@ def _attach_new(url: str) -> str:
         db = _database().cursor()
         try:
             db.execute(f"ATTACH {_quote(keywords)} AS {alias} (TYPE postgres, READ_ONLY)")
-        except duckdb_error() as e:
+        except duckdb.Error as e:
             raise CopyClientError(_message(e)) from None
         finally:
             db.close()
@@ -458,9 +460,11 @@ def _detach() -> None:
 
 
 def _detach_alias(alias: str) -> None:
+    import duckdb
+
     db = _database().cursor()
     try:
-        with contextlib.suppress(duckdb_error()):
+        with contextlib.suppress(duckdb.Error):
             db.execute(f"DETACH {alias}")
     finally:
         db.close()
@@ -468,12 +472,6 @@ def _detach_alias(alias: str) -> None:
 
 def _on_source(db: duckdb.DuckDBPyConnection, alias: str, statement: str) -> None:
     db.execute(f"CALL postgres_execute('{alias}', ?)", [statement])
-
-
-def duckdb_error() -> type[Exception]:
-    import duckdb
-
-    return duckdb.Error
 
 
 def _stream_error(error: BaseException) -> CopyClientError:

@@ -103,7 +103,7 @@ def lake_table(catalog: Catalog, info: TableInfo) -> Table:
 def copies_here(info: TableInfo, local_bytes: int) -> bool:
     """Whether `info` is copied in streambed's own process: not empty, and at most
     `local_bytes` of heap and TOAST (`STREAMBED_COPY_LOCAL_BYTES`)."""
-    return info.blocks > 0 and info.blocks * 8192 + info.toast_bytes <= local_bytes
+    return info.blocks > 0 and info.stored_bytes <= local_bytes
 
 
 def copy_table(
