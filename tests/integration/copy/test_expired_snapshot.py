@@ -21,7 +21,11 @@ from tests.integration.copy.test_initial_copy import (
 )
 from tests.integration.copy.test_resync import _resync
 from tests.integration.pipeline.conftest import Deployment
-from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+from tests.integration.pipeline.harness import (
+    copy_task_reading,
+    wait_lake_equals_source,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -87,14 +91,9 @@ class _Terminator(threading.Thread):
     def _watch(self) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
             while not self.halt.is_set():
-                row = conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
-                    "'streambed-copy %%/%%' AND state = 'active' AND query LIKE 'COPY%%' "
-                    "AND query LIKE %s LIMIT 1",
-                    (f'%"{self.table}"%',),
-                ).fetchone()
-                if row is not None:
-                    conn.execute("SELECT pg_terminate_backend(%s)", row)
+                pid = copy_task_reading(conn, self.table)
+                if pid is not None:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
                     self.terminated = True
                     return
                 self.halt.wait(0.02)

@@ -16,7 +16,11 @@ from streambed.merge.spark_session import DAEMON_MODULE
 from tests.integration.copy.test_initial_copy import ROWS, Writer, _all_ready
 from tests.integration.copy.test_source_outage import create_tables
 from tests.integration.pipeline.conftest import Deployment
-from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+from tests.integration.pipeline.harness import (
+    copy_task_reading,
+    wait_lake_equals_source,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +31,7 @@ FAILED = "copy failed in Spark or storage; the table stays pending and is copied
 def _reading(url: str, table: str) -> bool:
     """A copy task's connection is reading `table`."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-            "'streambed-copy %%/%%' AND state = 'active' AND query LIKE %s",
-            (f"%{table}%",),
-        ).fetchone()
-    return row is not None and row[0] > 0
+        return copy_task_reading(conn, table) is not None
 
 
 def _processes() -> dict[int, tuple[int, str]]:

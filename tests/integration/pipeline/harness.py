@@ -92,6 +92,18 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
 
 
+def copy_task_reading(conn: psycopg.Connection[Any], table: str) -> int | None:
+    """The backend pid of a copy task reading `table` (its COPY running in the source:
+    a connection named `streambed-copy <run>/<range>`), or None."""
+    row = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name LIKE "
+        "'streambed-copy %%/%%' AND state = 'active' AND query LIKE 'COPY%%' "
+        "AND query LIKE %s LIMIT 1",
+        (f'%"{table}"%',),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
 def slot_exists(url: str, slot: str = "streambed") -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(

@@ -18,7 +18,12 @@ from streambed.merge.spark_sockets import PREFIX
 from tests.integration.copy.test_resync import _resync as resync
 from tests.integration.merge.test_spark_sockets import _gone as gone
 from tests.integration.pipeline.conftest import Deployment
-from tests.integration.pipeline.harness import StreambedProcess, wait_lake_equals_source, wait_until
+from tests.integration.pipeline.harness import (
+    StreambedProcess,
+    copy_task_reading,
+    wait_lake_equals_source,
+    wait_until,
+)
 from tests.integration.pipeline.test_replication import SCHEMA, TABLES, execute, start
 from tests.integration.pipeline.test_storage_outage import COPY_RETRY, RETRYING, small_and_big
 
@@ -61,13 +66,7 @@ def copy_reading(url: str, table: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(url, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE "
-                "'streambed-copy %%/%%' AND state = 'active' AND query LIKE 'COPY%%' "
-                "AND query LIKE %s",
-                (f'%"{table}"%',),
-            ).fetchone()
-            if row is not None:
+            if copy_task_reading(conn, table) is not None:
                 return
             time.sleep(0.02)
     raise AssertionError(f"no copy task read {table} within {timeout:.0f} s")
