@@ -488,6 +488,12 @@ def _message(error: BaseException) -> str:
     PostgreSQL: ERROR:  ...")."""
     text = re.sub(r"password=('(\\.|[^'])*'|\S+)", "password=***", " ".join(str(error).split()))
     text = text.split(" Possible solutions:")[0]  # DuckDB's tuning hints after an OOM
+    connect = re.search(r"connection to server (at|on socket) .*? failed:", text)
+    if connect is not None:
+        # libpq's words on a connection it could not open are kept whole: they say that the
+        # source could not be reached (and the server's FATAL after them why), which
+        # `streambed.copy.snapshot.connect_failed` looks for.
+        return text[connect.start() :].strip()
     for mark in ("ERROR: ", "FATAL: "):
         if mark in text:
             return text[text.index(mark) + len(mark) :].strip()

@@ -15,11 +15,11 @@ from streambed.config import Settings
 from streambed.copy.catalog import table_info
 from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
 from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import SchemaError, StreambedError
+from streambed.errors import Kind, SchemaError, SourceError, StreambedError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import frontier
 from streambed.merge.pyarrow_source import filesystem, fs_options
-from tests.fixtures.postgres import PgDatabase
+from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
 
 LIMIT = 8 * 1024 * 1024
 ROWS = 3000
@@ -161,3 +161,24 @@ def test_a_value_the_lake_cannot_store_stops_the_copy_and_leaves_no_file(
     copies = Path(output_dir(table, "x").removeprefix("file://")).parent
     assert list(copies.rglob("*.parquet")) == []
     assert _copy_connections(pg_db) == []
+
+
+def test_a_source_shutting_down_is_waited_for(tmp_path: Path) -> None:
+    """A source that is stopping refuses the copy's connection with a FATAL of its own:
+    the copy reports the source unreachable, which the copy manager waits out, and does
+    not give the table up (as the CI run of 2026-11-28 saw it do)."""
+    with ThrowawayPostgres() as pg:
+        url = pg.url()
+        settings = Settings(source_url=url, data_dir=tmp_path)
+        _small(url, "small")
+        anchor = SnapshotAnchor.from_temporary_slot(url)
+        try:
+            pg.begin_smart_shutdown()  # waits for the anchor's session
+            with pytest.raises(SourceError) as failed:
+                _copy(settings, anchor, "small", LIMIT)
+        finally:
+            anchor.close()
+            pg.stop_server()
+    assert failed.value.kind is Kind.SOURCE_UNREACHABLE
+    assert "the database system is shutting down" in str(failed.value)
+    assert "could not connect" in str(failed.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from streambed.copy.duck import _message
 from streambed.copy.job import _failure
 from streambed.copy.snapshot import CopyInterrupted, SnapshotExpired
 from streambed.copy.task import SCHEMA_MARK, copy_failure
@@ -95,3 +96,40 @@ def test_a_spark_failure_without_a_worker_message_is_a_storage_error() -> None:
     assert type(error) is StreambedError
     assert error.kind is Kind.STORAGE
     assert "lost executor" in str(error)
+
+
+DUCKDB_CONNECT = (
+    'IO Error: Unable to connect to Postgres at "user=postgres host=127.0.0.1 port=5 '
+    'application_name=streambed-copy connect_timeout=10": connection to server at '
+    '"127.0.0.1", port 5 failed: '
+)
+
+
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        # a source stopping (smart or fast): it refuses new connections before it goes
+        "FATAL: the database system is shutting down",
+        "FATAL: the database system is starting up",
+        "FATAL: the database system is not yet accepting connections DETAIL: Consistent "
+        "recovery state has not been yet reached.",
+        "Connection refused Is the server running on that host and accepting TCP/IP connections?",
+    ],
+)
+def test_duckdbs_connect_failure_keeps_what_says_the_source_is_unreachable(fatal: str) -> None:
+    # The worker's message is DuckDB's, through `_message`: the server's FATAL must not
+    # lose libpq's words around it, or the copy gives the table up instead of waiting.
+    message = _message(Exception(DUCKDB_CONNECT + fatal))
+    assert message.startswith('connection to server at "127.0.0.1", port 5 failed:')
+    error = _failure("public.t", _spark_error("copying public.t", message))
+    assert type(error) is SourceError
+    assert error.kind is Kind.SOURCE_UNREACHABLE
+    assert "could not connect" in str(error) and fatal.split(" DETAIL")[0] in str(error)
+
+
+def test_duckdbs_login_failure_is_not_waited_for() -> None:
+    message = _message(
+        Exception(DUCKDB_CONNECT + 'FATAL: password authentication failed for user "u"')
+    )
+    error = _failure("public.t", _spark_error("copying public.t", message))
+    assert error.kind is Kind.SOURCE_AUTH
