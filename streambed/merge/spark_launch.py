@@ -13,6 +13,12 @@ JVM stopped (SIGTERM: Spark's shutdown hooks remove Spark's own directories) and
 directory removed. A launch that finished needs nothing: its JVM ends when the process's
 end closes its stdin.
 
+A process killed while the JVM starts (SIGKILL: the crash tests kill a first start whose
+small tables are copied while Spark starts) runs no exit handler at all, and its JVM still
+writes the connection info before it ends. So pyspark's launcher also makes that directory
+inside the process's own directory (`spark_sockets.socket_dir`), which the next Spark start
+removes with everything else a killed process left (`spark_sockets.sweep`).
+
 Written by hand: pyspark has no setting or hook for either.
 """
 
@@ -22,9 +28,12 @@ import atexit
 import contextlib
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Final
+
+from streambed.merge import spark_sockets
 
 CONN_INFO: Final = "_PYSPARK_DRIVER_CONN_INFO_PATH"
 """The environment variable by which pyspark tells the JVM where to write its connection info."""
@@ -46,8 +55,30 @@ def install() -> None:
         import pyspark.java_gateway as gateway
 
         vars(gateway)["Popen"] = _popen
+        vars(gateway)["tempfile"] = _LauncherTempfile()
+        # Made (and its removal at exit registered) first: exit handlers run last-registered
+        # first, so waiting launches are stopped before the directory holding their
+        # connection info is removed (a JVM that finds it gone would never end).
+        spark_sockets.socket_dir()
         atexit.register(stop_waiting_launches)
         _installed = True
+
+
+class _LauncherTempfile:
+    """`tempfile` as pyspark's launcher sees it: a directory made without a `dir` (its
+    connection info's) goes into this process's directory when it has one."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(tempfile, name)
+
+    @staticmethod
+    def mkdtemp(
+        suffix: str | None = None, prefix: str | None = None, dir: str | None = None
+    ) -> str:
+        if dir is None:
+            own = spark_sockets.socket_dir()
+            dir = None if own is None else str(own)
+        return tempfile.mkdtemp(suffix, prefix, dir)
 
 
 def _popen(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:

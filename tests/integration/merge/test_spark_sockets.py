@@ -64,6 +64,13 @@ while not glob.glob(pattern, recursive=True):  # pyspark's connection-info direc
 print("DIR", glob.glob(pattern, recursive=True)[0], flush=True)
 """
 
+KILLED_WHILE_STARTING = (
+    EXIT_WHILE_STARTING
+    + """
+time.sleep(600)  # killed here, the JVM still starting
+"""
+)
+
 
 def _start(tmp: Path, *args: str, script: str = START) -> subprocess.Popen[str]:
     env = {
@@ -179,3 +186,33 @@ def test_a_process_that_ends_while_spark_starts_leaves_nothing_in_the_temporary_
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def test_a_process_killed_while_spark_starts_leaves_nothing_after_the_next_start(
+    short_tmp: Path,
+) -> None:
+    """SIGKILL runs no exit handler: pyspark's connection-info directory, which the JVM
+    still writes into, is in the killed process's own directory, and the next start sweeps
+    it (the CI runs' crash tests left one `tmpXXXX` directory each in /tmp before)."""
+    killed = _start(short_tmp, script=KILLED_WHILE_STARTING)
+    try:
+        assert killed.stdout is not None
+        announced = killed.stdout.readline().split()
+        assert announced[:1] == ["DIR"], f"exit {killed.wait()}"
+        info_dir = Path(announced[1])
+        assert info_dir.parent.name.startswith(f"{PREFIX}{namespace()}-{killed.pid}-")
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert _group_gone(killed.pid), "the JVM outlived its killed driver"
+        clean = _start(short_tmp)
+        try:
+            _announced(clean)
+            assert clean.wait(timeout=120) == 0
+        finally:
+            if clean.poll() is None:
+                os.killpg(clean.pid, signal.SIGKILL)
+        assert list(short_tmp.iterdir()) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
