@@ -187,9 +187,14 @@ def _start_server(settings: Settings, state: StateStore) -> tuple[Any, Any] | No
 def run(settings: Settings) -> None:
     runtime = build_pipeline(settings)
     served = _start_server(settings, runtime.state)
+    refresher = None
     if served is not None:
-        database = served[1]
-        runtime.pipeline.on_commit = lambda lsn: database.refresh()
+        from streambed.server.refresher import ViewRefresher
+
+        # The views follow commits on a thread of their own: a flush or a copy's step
+        # does not wait for them (streambed.server.refresher).
+        refresher = ViewRefresher(served[1]).start()
+        runtime.pipeline.on_commit = refresher.notify
     runtime.pipeline.install_signal_handlers()
     sweeper = None
     if settings.sweep_interval > 0:
@@ -201,6 +206,8 @@ def run(settings: Settings) -> None:
     finally:
         if sweeper is not None:
             sweeper.stop()
+        if refresher is not None:
+            refresher.stop()
         if served is not None:
             served[0].stop()
             served[1].close()  # removes its scratch directory

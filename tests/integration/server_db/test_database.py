@@ -9,7 +9,9 @@ import time
 from typing import Any
 
 import pytest
+from pyiceberg.types import StringType
 
+from streambed.server import catalog
 from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError
 
 from .conftest import FakeSnapshots, Lake, lines_rows, orders_rows
@@ -212,6 +214,42 @@ def test_refresh_is_idempotent_and_consistent(
         "SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM sales.order_lines)"
     )
     assert fresh.rows() == [(4, 4)]
+
+
+def test_the_catalog_is_rebuilt_only_when_a_tables_shape_changes(
+    db: LakeDatabase, lake: Lake, snapshots: FakeSnapshots, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rebuilds: list[int] = []
+    rebuild = catalog.rebuild
+    monkeypatch.setattr(
+        catalog,
+        "rebuild",
+        lambda conn, tables, database: (
+            rebuilds.append(len(tables)),
+            rebuild(conn, tables, database),
+        ),
+    )
+    columns = (
+        "SELECT a.attname FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c "
+        "ON c.oid = a.attrelid WHERE c.relname = 'orders' AND a.attnum > 0 ORDER BY a.attnum"
+    )
+    before = db.session().execute(columns).rows()
+    assert before
+    lake.append("public.orders", orders_rows([4]), lsn=0x200)  # rows only
+    snapshots.current = lake.watermark()
+    assert db.refresh() is True
+    assert rebuilds == []
+    assert db.session().execute(columns).rows() == before
+    assert db.session().execute("SELECT count(*) FROM orders").rows() == [(4,)]
+    # A column added: the catalog follows.
+    table = lake.catalog.load_table("public.orders")
+    with table.update_schema() as update:
+        update.add_column("memo", StringType())
+    lake.tables["public.orders"] = lake.catalog.load_table("public.orders")
+    snapshots.current = lake.watermark()
+    assert db.refresh() is True
+    assert rebuilds == [len(lake.tables)]
+    assert db.session().execute(columns).rows() == [*before, ("memo",)]
 
 
 def test_refresh_under_concurrent_queries(
