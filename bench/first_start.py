@@ -197,8 +197,9 @@ def build_archive(
 
 
 def _line(seen: dict[str, float], duck: float | None) -> str:
+    spark = f"at {seen['spark']:.1f} s" if "spark" in seen else "not (no table needed it)"
     return (
-        f"spark starts at {seen['spark']:.1f} s, copy starts at "
+        f"spark starts {spark}, copy starts at "
         f"{seen['copy started']:.1f} s, committed at {seen['copied']:.1f} s; "
         f"{seen['daemons']:.0f} Python worker daemons used {seen['daemon cpu']:.2f} "
         f"CPU s; stop took {seen['stop']:.1f} s"

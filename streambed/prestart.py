@@ -7,6 +7,13 @@ starting the query server take about 3.5 s before that. `prestart` starts Spark 
 thread before those imports, so the two overlap. A start with every table ready keeps
 starting Spark lazily, when its first merge needs it (an append-only stream may never).
 
+A copy needs Spark only for a table larger than `STREAMBED_COPY_LOCAL_BYTES`; smaller ones
+are copied in streambed's process (`streambed.copy.job.copies_here`). So the thread first
+asks the source for its largest table, and starts Spark only when one is over that line
+(or the source cannot be asked). Otherwise the JVM's start, about 9 CPU s on two cores,
+would compete with the copies it is not needed for (a first start of 200 small tables took
+a third longer); the first merge or large copy starts Spark when it needs it.
+
 Only the standard library is imported here: this runs before everything else.
 """
 
@@ -42,13 +49,53 @@ def copies_ahead(state_path: Path) -> bool:
     return bool(waiting) or not tables
 
 
+LARGEST_TABLE = """
+SELECT coalesce(max(greatest(
+         pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0),
+         (SELECT coalesce(sum(pg_relation_size(t.relid)
+                              + coalesce(pg_relation_size(nullif(p.reltoastrelid, 0)), 0)), 0)
+          FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid
+          WHERE t.isleaf))), 0)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'
+"""
+"""The largest table's heap and TOAST, a partitioned table's summed over its partitions,
+as `streambed.copy.catalog.table_info` measures a table for `copies_here`."""
+
+
+def spark_needed(settings: Settings) -> bool:
+    """Whether a table of the source is too large to be copied in streambed's process;
+    True too when the source cannot be asked (its copy reports why)."""
+    if settings.copy_local_bytes == 0:
+        return True  # every copy runs on Spark
+    try:
+        import psycopg
+
+        with psycopg.connect(
+            settings.source_url,
+            autocommit=True,
+            connect_timeout=10,
+            application_name="streambed-prestart",
+        ) as conn:
+            row = conn.execute(LARGEST_TABLE).fetchone()
+    except Exception:
+        log.debug("cannot tell the source's largest table; spark starts", exc_info=True)
+        return True
+    return row is None or int(row[0]) > settings.copy_local_bytes
+
+
 def prestart(settings: Settings) -> threading.Thread | None:
-    """Start the process's Spark on a background thread when this start will copy. A
-    failure is left for the copy's own start of Spark to report."""
+    """Start the process's Spark on a background thread when this start will copy a
+    table too large for streambed's process. A failure is left for the copy's own start
+    of Spark to report."""
     if not copies_ahead(settings.state_path):
         return None
 
     def start() -> None:
+        if not spark_needed(settings):
+            log.debug("every table is copied in this process: spark starts when needed")
+            return
         from streambed.merge.spark_session import get_spark
 
         try:

@@ -96,9 +96,9 @@ def test_a_stopped_pipeline_resumes_where_it_left_off(local_deployment: Deployme
     wait_lake_equals_source(d.settings, d.url, ["public.ints"], d.proc)
     assert d.proc.stop() == 0
     first = d.proc.logs()
-    # A first start copies, so Spark starts before the slot is even created (streambed.prestart).
-    assert first.count("starting spark") == 1
-    assert first.index("starting spark") < first.index("created replication slot")
+    # Its tables are small, copied in streambed's process, and the stream only appended:
+    # Spark was not needed, so it was not started (streambed.prestart).
+    assert "starting spark" not in first
     # Changes while streambed is down are waiting in the slot.
     execute(
         d.url,
