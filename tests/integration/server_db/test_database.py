@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -221,14 +222,12 @@ def test_the_catalog_is_rebuilt_only_when_a_tables_shape_changes(
 ) -> None:
     rebuilds: list[int] = []
     rebuild = catalog.rebuild
-    monkeypatch.setattr(
-        catalog,
-        "rebuild",
-        lambda conn, tables, database: (
-            rebuilds.append(len(tables)),
-            rebuild(conn, tables, database),
-        ),
-    )
+
+    def counted(conn: Any, tables: Sequence[catalog.TableInfo], database: str) -> None:
+        rebuilds.append(len(tables))
+        rebuild(conn, tables, database)
+
+    monkeypatch.setattr(catalog, "rebuild", counted)
     columns = (
         "SELECT a.attname FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c "
         "ON c.oid = a.attrelid WHERE c.relname = 'orders' AND a.attnum > 0 ORDER BY a.attnum"
