@@ -52,7 +52,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from streambed.copy.client import CopyClientError
-from streambed.copy.session import copy_params, secret_file
+from streambed.copy.session import CONNECT_FAILED, copy_params, secret_file
 from streambed.lake.types import (
     BOOL,
     BPCHAR,
@@ -488,7 +488,7 @@ def _message(error: BaseException) -> str:
     PostgreSQL: ERROR:  ...")."""
     text = re.sub(r"password=('(\\.|[^'])*'|\S+)", "password=***", " ".join(str(error).split()))
     text = text.split(" Possible solutions:")[0]  # DuckDB's tuning hints after an OOM
-    connect = re.search(r"connection to server (at|on socket) .*? failed:", text)
+    connect = CONNECT_FAILED.search(text)
     if connect is not None:
         # libpq's words on a connection it could not open are kept whole: they say that the
         # source could not be reached (and the server's FATAL after them why), which

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,10 @@ from psycopg.conninfo import conninfo_to_dict
 
 from streambed.errors import Kind
 from streambed.replication.connection import SESSION_OPTIONS, join_options, source_error
+
+CONNECT_FAILED = re.compile(r"connection to server (at|on socket) .*? failed:", re.S)
+"""libpq's words on a connection it could not open (`connection to server at "host", port N
+failed: ...`): the source could not be reached, or refused the login."""
 
 COPY_OPTIONS = f"{SESSION_OPTIONS} -c jit=off"
 """The copy sessions' settings: the replication session's, and no JIT (the module's doc)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from streambed.copy.session import copy_connect
+from streambed.copy.session import CONNECT_FAILED, copy_connect
 from streambed.errors import Kind, SourceError
 from streambed.log import log
 from streambed.lsn import format_lsn, parse_lsn
@@ -73,7 +72,7 @@ def connection_lost(message: str) -> bool:
 def connect_failed(message: str) -> bool:
     """Whether a source error message says a copy task could not open its connection
     (libpq's `connection to server at "host", port N failed: ...`)."""
-    return re.search(r"connection to server (at|on socket) .*? failed:", message, re.S) is not None
+    return CONNECT_FAILED.search(message) is not None
 
 
 def snapshot_expired(message: str) -> bool:
