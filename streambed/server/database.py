@@ -569,7 +569,7 @@ class LakeDatabase:
                 for schema, table in old.watermark.tables:
                     if (schema, table) not in watermark.tables:
                         cursor.execute(f"DROP VIEW IF EXISTS {_ident(schema)}.{_ident(table)}")
-            if infos != old.tables or schemas != old.schemas:
+            if infos != old.tables:
                 # Only when a table, column or key came or went: a commit that changed no
                 # table's shape (most of them) leaves the catalog as it is.
                 catalog.rebuild(cursor, list(infos.values()), self.settings.database_name)

@@ -55,7 +55,8 @@ class ViewRefresher:
         self._wanted.set()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Whether every notified watermark was refreshed (or failed) within `timeout`."""
+        """Whether the views were switched to every notified watermark within `timeout`
+        (a failed refresh is tried again, so it keeps the refresher busy)."""
         with self._idle:
             return self._idle.wait_for(lambda: not self._busy, timeout)
 
