@@ -49,21 +49,6 @@ def copies_ahead(state_path: Path) -> bool:
     return bool(waiting) or not tables
 
 
-LARGEST_TABLE = """
-SELECT coalesce(max(greatest(
-         pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0),
-         (SELECT coalesce(sum(pg_relation_size(t.relid)
-                              + coalesce(pg_relation_size(nullif(p.reltoastrelid, 0)), 0)), 0)
-          FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid
-          WHERE t.isleaf))), 0)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-  AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'
-"""
-"""The largest table's heap and TOAST, a partitioned table's summed over its partitions,
-as `streambed.copy.catalog.table_info` measures a table for `copies_here`."""
-
-
 def spark_needed(settings: Settings) -> bool:
     """Whether a table of the source is too large to be copied in streambed's process;
     True too when the source cannot be asked (its copy reports why)."""
@@ -72,13 +57,22 @@ def spark_needed(settings: Settings) -> bool:
     try:
         import psycopg
 
+        from streambed.copy.catalog import HEAP_BYTES, TOAST_BYTES
+
+        # The largest table measured as its copy measures it (`table_info`, `copies_here`).
+        largest = f"""
+            SELECT coalesce(max({HEAP_BYTES} + {TOAST_BYTES}), 0)
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+              AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'
+        """
         with psycopg.connect(
             settings.source_url,
             autocommit=True,
             connect_timeout=10,
             application_name="streambed-prestart",
         ) as conn:
-            row = conn.execute(LARGEST_TABLE).fetchone()
+            row = conn.execute(largest).fetchone()
     except Exception:
         log.debug("cannot tell the source's largest table; spark starts", exc_info=True)
         return True

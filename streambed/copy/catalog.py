@@ -59,24 +59,29 @@ class TableGone(SourceError):
     """The table no longer exists in the source."""
 
 
+HEAP_BYTES = """greatest(pg_relation_size(c.oid),
+                 (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+                  FROM pg_partition_tree(c.oid) t WHERE t.isleaf))"""
+"""SQL: the heap bytes of the table `c` (a `pg_class` row). A partitioned table has no storage
+of its own: its partitions' are counted (pg_partition_tree is empty for a table outside any
+partition tree)."""
+TOAST_BYTES = """greatest(coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0),
+                  (SELECT coalesce(sum(pg_relation_size(nullif(p.reltoastrelid, 0))), 0)
+                   FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid
+                   WHERE t.isleaf))"""
+"""SQL: the bytes of `c`'s TOAST table, a partitioned table's summed over its partitions."""
+
+
 def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableInfo:
     """Columns, key and size of `schema.name`. Raises `TableGone` when it does not exist and
     a SOURCE_SETUP `SourceError` naming the table when the role may not SELECT from it."""
     qualified = f"{schema}.{name}"
     row = conn.execute(
-        """
+        f"""
         SELECT c.oid, c.relreplident, c.relpages, c.reltuples,
-               -- a partitioned table has no storage of its own: count its partitions'
-               -- (pg_partition_tree is empty for a table outside any partition tree)
-               greatest(pg_relation_size(c.oid),
-                        (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
-                         FROM pg_partition_tree(c.oid) t WHERE t.isleaf))
-                 / current_setting('block_size')::int,
+               {HEAP_BYTES} / current_setting('block_size')::int,
                has_table_privilege(c.oid, 'SELECT'),
-               greatest(coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0),
-                        (SELECT coalesce(sum(pg_relation_size(nullif(p.reltoastrelid, 0))), 0)
-                         FROM pg_partition_tree(c.oid) t JOIN pg_class p ON p.oid = t.relid
-                         WHERE t.isleaf))
+               {TOAST_BYTES}
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
         """,
