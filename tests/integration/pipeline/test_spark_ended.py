@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from streambed.merge.spark_sockets import PREFIX
-from tests.integration.copy.test_resync import _resync as resync
 from tests.integration.merge.test_spark_sockets import _gone as gone
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import (
@@ -60,16 +62,27 @@ def spark_running(proc: StreambedProcess) -> int:
     return found[0]
 
 
-def copy_reading(url: str, table: str, timeout: float) -> None:
-    """Wait until a copy task reads `table` (its COPY runs in the source), looking every
-    20 ms: a 1M-row copy reads for less than half a second."""
+def resync_caught_reading(
+    d: Deployment, table: str, timeout: float, then: Callable[[], None]
+) -> None:
+    """Ask for `table` to be copied again, wait until a copy task reads it (its COPY runs
+    in the source), looking every 20 ms, and call `then` at once. The watch begins before
+    the request: a warm copy of 1M rows reads for less than half a second and may end
+    before the `streambed resync` command has returned (a CI run once missed it so)."""
     deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            if copy_task_reading(conn, table) is not None:
-                return
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        request = subprocess.Popen(
+            [sys.executable, "-m", "streambed.cli", "resync", f"public.{table}"],
+            env={**os.environ, **d.env},
+            stdout=subprocess.DEVNULL,
+        )
+        while copy_task_reading(conn, table) is None:
+            if time.monotonic() > deadline:
+                request.kill()
+                raise AssertionError(f"no copy task read {table} within {timeout:.0f} s")
             time.sleep(0.02)
-    raise AssertionError(f"no copy task read {table} within {timeout:.0f} s")
+    then()
+    assert request.wait(120) == 0
 
 
 def kill(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
@@ -132,10 +145,9 @@ def test_a_copy_is_made_again_after_spark_is_killed(local_deployment: Deployment
     d = local_deployment
     tables = small_and_big(d, 1_000_000)
     jvm = spark_running(d.proc)
-    resync(d, "public.big")
     copying = "copy started table=public.big"
-    copy_reading(d.url, "big", 60)  # the copy's tasks are reading and writing now
-    kill(jvm)
+    # The JVM is killed while the copy's tasks are reading and writing.
+    resync_caught_reading(d, "big", 60, then=lambda: kill(jvm))
     execute(d.url, "UPDATE big SET pad = 'changed' WHERE id % 1000 = 0", "DELETE FROM small")
     wait_until(lambda: d.proc.logs().count(copying) == 3, 180, "a third copy", d.proc)
     wait_lake_equals_source(d.settings, d.url, tables, d.proc, timeout=300)
