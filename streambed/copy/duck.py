@@ -27,9 +27,9 @@ range's query runs on the same connection under the copy's snapshot.
 One DuckDB per process (a Spark Python worker runs its tasks one after another) loads the
 extension once, by path, through a symlink named `postgres_scanner` (the wheel names the
 file `postgres`, but its entry point is `postgres_scanner_duckdb_cpp_init`). DuckDB runs
-one thread and at most `MEMORY_LIMIT` of buffers: a range streams through it. The process
-keeps its attachment of the source, and so its connection, from one range to the next
-(`_attach`).
+one thread and at most `MEMORY_LIMIT` of buffers: a range streams through it. Each thread
+(a Spark worker's one, or a copy thread in streambed's process) keeps its attachment of the
+source, and so its connection, from one range to the next (`_attach`).
 """
 
 from __future__ import annotations
@@ -323,13 +323,10 @@ def stream_range(
     application_name: str,
     batch_rows: int = BATCH_ROWS,
     memory_limit: str = MEMORY_LIMIT,
-    keep: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of `query` run under `snapshot`, as Arrow batches of DuckDB's types.
 
-    Read through this process's kept attachment of the source (`_attach`), or with `keep`
-    false through one of the range's own, detached at its end (a copy in streambed's own
-    process, whose copy threads read at the same time, `streambed.copy.job`). A kept
+    Read through this thread's kept attachment of the source (`_attach`). A kept
     connection that fails before the range's query (the server ended it while it was idle)
     is replaced by a new one, once; any other failure detaches it and is raised: once the
     query runs, a failure is the range's (a backend terminated while it reads is the copy
@@ -337,7 +334,7 @@ def stream_range(
     import duckdb
 
     for _ in range(2):
-        alias, fresh = _attach(url) if keep else (_attach_new(url), True)
+        alias, fresh = _attach(url)
         db = _database().cursor()
         querying = failed = False
         try:
@@ -377,10 +374,8 @@ def stream_range(
                 db.execute("ROLLBACK")
             with contextlib.suppress(duckdb.Error):
                 db.close()
-            if not keep:
-                _detach_alias(alias)
-            elif failed:
-                _detach()
+            if failed:
+                _detach(alias)
         return
 
 
@@ -396,7 +391,8 @@ class _Attachment:
     key: bytes  # the source's connection keywords, hashed (they hold the password)
 
 
-_kept: _Attachment | None = None
+_kept: dict[int, _Attachment] = {}
+"""Each thread's kept attachment, by `threading.get_ident()`."""
 
 
 def _source_key(url: str) -> bytes:
@@ -406,25 +402,31 @@ def _source_key(url: str) -> bytes:
 
 
 def _attach(url: str) -> tuple[str, bool]:
-    """The alias of this process's attachment of the source at `url`, and whether it was
+    """The alias of this thread's attachment of the source at `url`, and whether it was
     attached now or kept from an earlier range. Its connection is named `KEPT_NAME`.
 
-    A Spark Python worker runs its tasks one after another, so it keeps its attachment
-    between them: the next range of a table, or of the next table, reuses the connection
-    (its transaction ended with the previous range), and saves a connection's start, 6-8
-    ms on an idle machine (TCP, authentication, a backend, DuckDB's ATTACH) and 8-17 ms
-    under a copy's load. One attachment per process: a range of another source detaches
-    the kept one first. The connection ends with the worker (Spark stops Python workers
-    idle for a minute), or when a range fails on it (`_detach`)."""
-    global _kept
+    A Spark Python worker runs its tasks one after another, and a copy thread in
+    streambed's own process its tables, so each keeps its attachment between them: the
+    next range of a table, or of the next table, reuses the connection (its transaction
+    ended with the previous range), and saves a connection's start, 6-8 ms on an idle
+    machine (TCP, authentication, a backend, DuckDB's ATTACH) and 8-17 ms under a copy's
+    load. One attachment per thread, never shared: DuckDB's pool would open a second
+    connection for a second thread, and the password file it connected with is gone by
+    then. A range of another source detaches the thread's kept one first. The connection
+    ends with the worker (Spark stops Python workers idle for a minute), when a range fails
+    on it (`_detach`), when the copy manager's copy threads are done (`detach_all`), or
+    after a minute unused (the extension's pool closes idle connections)."""
     key = _source_key(url)
+    thread = threading.get_ident()
     with _db_lock:
-        if _kept is not None and _kept.key == key:
-            return _kept.alias, False
-    _detach()
+        kept = _kept.get(thread)
+        if kept is not None and kept.key == key:
+            return kept.alias, False
+    if kept is not None:
+        _detach(kept.alias)
     alias = _attach_new(url)
     with _db_lock:
-        _kept = _Attachment(alias, key)
+        _kept[thread] = _Attachment(alias, key)
     return alias, True
 
 
@@ -450,13 +452,25 @@ def _attach_new(url: str) -> str:
     return alias
 
 
-def _detach() -> None:
-    """Detach the kept attachment, closing its connection (best effort)."""
-    global _kept
+def _detach(alias: str) -> None:
+    """Detach the kept attachment `alias`, closing its connection (best effort). By alias,
+    not by thread: a range's generator may be finalized by the garbage collector in another
+    thread."""
     with _db_lock:
-        kept, _kept = _kept, None
-    if kept is not None:
-        _detach_alias(kept.alias)
+        for thread, kept in list(_kept.items()):
+            if kept.alias == alias:
+                del _kept[thread]
+    _detach_alias(alias)
+
+
+def detach_all() -> None:
+    """Detach every thread's kept attachment, closing their connections (best effort): for
+    the copy manager once its copy threads have ended (no range may be reading)."""
+    with _db_lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    for attachment in kept:
+        _detach_alias(attachment.alias)
 
 
 def _detach_alias(alias: str) -> None:

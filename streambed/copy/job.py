@@ -177,8 +177,7 @@ def copy_table(
     if duckdb_memory_limit is not None:
         options["duckdb_memory_limit"] = duckdb_memory_limit  # tests: `duck.MEMORY_LIMIT`
     if here:
-        # The copy threads read at the same time: each range on a connection of its own.
-        options["keep_connection"] = "false"
+        # On this thread's kept source connection (`duck._attach`), as a Spark worker reads.
         written = _copy_here(info, options)
     else:
         assert spark is not None

@@ -63,6 +63,7 @@ from pyiceberg.catalog import Catalog
 from streambed.changes import TableKey
 from streambed.config import Settings
 from streambed.copy.catalog import TableGone, TableInfo, table_info
+from streambed.copy.duck import detach_all
 from streambed.copy.job import (
     copies_here,
     copy_table,
@@ -485,6 +486,7 @@ class CopyManager:
                 for info in infos:
                     pool.submit(self._copy_one, info, anchor, again)
         finally:
+            detach_all()  # the copy threads' kept source connections (in-process copies)
             anchor.close()
         if again:  # copied again under a new snapshot; their holds stay
             self._queue.put(_Batch(tuple(again), None))

@@ -224,7 +224,6 @@ def _read(
             application_name=name,
             batch_rows=batch_rows(float(options.get("row_bytes", "0"))),
             memory_limit=options.get("duckdb_memory_limit", MEMORY_LIMIT),
-            keep=options.get("keep_connection", "true") == "true",
         )
         first = next(batches, None)
         distinct = {

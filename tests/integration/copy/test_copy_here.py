@@ -13,6 +13,7 @@ import pytest
 
 from streambed.config import Settings
 from streambed.copy.catalog import table_info
+from streambed.copy.duck import detach_all
 from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
 from streambed.copy.snapshot import SnapshotAnchor
 from streambed.errors import Kind, SchemaError, SourceError, StreambedError
@@ -85,13 +86,16 @@ def test_a_small_table_is_copied_without_spark_in_one_file(
     assert [(r["id"], r["code"], r["v"], str(r["n"])) for r in lake] == [
         (i, c, v, n) for i, c, v, n in source
     ]
-    assert _copy_connections(pg_db) == []  # the range's own connection is closed
+    assert _copy_connections(pg_db) == [("streambed-copy",)]  # kept for the thread's next
+    detach_all()
+    assert _copy_connections(pg_db) == []
 
 
-def test_two_small_tables_copied_at_once_each_read_on_their_own_connection(
+def test_small_tables_copied_two_at_a_time_each_thread_on_its_connection(
     pg_db: PgDatabase, tmp_path: Path
 ) -> None:
-    """The copy manager's threads copy small tables side by side in one process."""
+    """The copy manager's threads copy small tables side by side in one process, each
+    thread on the one connection it keeps from table to table."""
     settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
     names = [f"small_{i}" for i in range(6)]
     for name in names:
@@ -125,6 +129,9 @@ def test_two_small_tables_copied_at_once_each_read_on_their_own_connection(
         table = catalog.load_table(("public", name))
         ids = sorted(table.scan().to_arrow().column("id").to_pylist())
         assert ids == list(range(1, ROWS + 1))
+    kept = _copy_connections(pg_db)
+    assert kept in ([("streambed-copy",)], [("streambed-copy",)] * 2), kept  # one a thread
+    detach_all()
     assert _copy_connections(pg_db) == []
 
 

@@ -4,6 +4,8 @@ settings, and no JIT (`streambed.copy.session.COPY_OPTIONS`), whatever the URL a
 from __future__ import annotations
 
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from streambed.copy.client import CopyClientError, find_psql, stream_copy
-from streambed.copy.duck import stream_range
+from streambed.copy.duck import detach_all, stream_range
 from streambed.copy.snapshot import SnapshotAnchor
 from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
 
@@ -118,6 +120,30 @@ def test_the_duckdb_reader_keeps_its_connection_from_one_range_to_the_next(
         anchor.close()
     assert first == (second[0], "streambed-copy run/0")
     assert second[1] == "streambed-copy run/1"
+
+
+def test_each_copy_thread_keeps_a_connection_of_its_own(pg_db: PgDatabase) -> None:
+    """The copy manager's threads read side by side in streambed's process, each on its own
+    kept connection. One shared attachment would fail the second thread: DuckDB's pool
+    opens it a connection of its own, and the password file is gone by then."""
+    anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
+    both = threading.Barrier(2, timeout=60)
+
+    def two_ranges(thread: int) -> tuple[int, int]:
+        first, _ = _backend(pg_db.url, anchor.snapshot_name, f"streambed-copy run/{thread}")
+        both.wait()  # both threads hold their attachments now
+        second, _ = _backend(pg_db.url, anchor.snapshot_name, f"streambed-copy run/{thread + 2}")
+        return first, second
+
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            (a, a_again), (b, b_again) = pool.map(two_ranges, [0, 1])
+    finally:
+        anchor.close()
+    assert a == a_again and b == b_again and a != b
+    assert _named(pg_db, a) == _named(pg_db, b) == [("streambed-copy", "idle")]
+    detach_all()  # as the copy manager does once its copy threads are done
+    assert _named(pg_db, a) == _named(pg_db, b) == []
 
 
 def test_a_kept_connection_ended_while_idle_is_replaced_and_the_range_read(

@@ -12,7 +12,7 @@ from streambed.config import Settings
 from streambed.prestart import spark_needed
 from tests.fixtures.postgres import PgDatabase, free_port
 from tests.integration.pipeline.conftest import Deployment
-from tests.integration.pipeline.harness import slot_exists, wait_until
+from tests.integration.pipeline.harness import slot_exists, wait_lake_equals_source, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -101,4 +101,37 @@ def test_a_first_start_with_a_large_table_starts_spark_before_its_slot(
     logs = d.proc.logs()
     assert logs.count("starting spark") == 1
     assert logs.index("starting spark") < logs.index("created replication slot")
+    assert d.proc.stop() == 0
+
+
+def _copy_connections(url: str) -> int:
+    """Connections of copy readers (DuckDB's, named `streambed-copy` or for their range)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'streambed-copy' "
+            "OR application_name LIKE 'streambed-copy %/%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_first_start_of_small_tables_copies_them_without_spark_and_closes_its_reads(
+    local_deployment: Deployment,
+) -> None:
+    """Each copy thread reads its tables on one connection it keeps from table to table;
+    the connections close once the copies are done, not a minute later (when DuckDB's
+    pool would close them idle)."""
+    d = local_deployment
+    tables = [f"public.small_{i}" for i in range(8)]
+    _create(
+        d.url,
+        *[f"CREATE TABLE {t} (id int PRIMARY KEY, v text)" for t in tables],
+        *[f"INSERT INTO {t} SELECT g, md5(g::text) FROM generate_series(1, 500) g" for t in tables],
+    )
+    d.proc.start()
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc)
+    wait_until(lambda: _copy_connections(d.url) == 0, 30, "the copy connections closed", d.proc)
+    logs = d.proc.logs()
+    assert logs.count("copy committed") == len(tables)
+    assert "starting spark" not in logs
     assert d.proc.stop() == 0
