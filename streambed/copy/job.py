@@ -134,7 +134,7 @@ def copy_table(
     if info.blocks == 0 or (spark is None and not here):
         if info.blocks != 0:
             raise StreambedError(f"{info.qualified}: a non-empty table needs Spark to copy")
-        location = truncate_commit(table, added=[], lsn=frontier)
+        location = truncate_commit(table, added=[], lsn=frontier, loaded=True)
         return CopyResult(info.qualified, 0, 0, 0, frontier, location, time.monotonic() - started)
     if (reader or "duckdb") == "duckdb":
         _check_duckdb_reader()
@@ -193,7 +193,7 @@ def copy_table(
     failpoint("during_copy")  # files written, nothing committed: the crash tests stop here
     if reached("copy_leftover_file"):
         _plant_leftover(out, files, fs_options)
-    location = truncate_commit(table, added=files, lsn=frontier, footers=footers)
+    location = truncate_commit(table, added=files, lsn=frontier, footers=footers, loaded=True)
     failpoint("after_copy_commit")  # committed; state not updated, leftovers not removed
     if spark is not None and not here:
         wait_for_tasks(spark, _job_group(run_id))

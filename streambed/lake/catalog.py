@@ -5,6 +5,8 @@ Namespaces are the source schema names; tables keep their source names.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -53,7 +55,29 @@ def open_catalog(settings: Settings) -> Catalog:
                 f"cannot create the catalog directory for {database}: {e}; set "
                 "STREAMBED_DATA_DIR or STREAMBED_CATALOG_URI to a writable place"
             ) from e
+        write_ahead_log(database)
     return SqlCatalog(settings.catalog_name, **props)
+
+
+def write_ahead_log(database: str) -> None:
+    """Put the SQLite catalog `database` in WAL journal mode (a setting kept in the file).
+
+    Every Iceberg commit is a catalog transaction. In the default rollback-journal mode each
+    one writes and syncs a journal file and then the database, and deletes the journal; in
+    WAL mode it appends to the log and syncs once (SQLite's default `synchronous=FULL`, so a
+    commit is durable when it returns, as before). Readers in other processes (`streambed
+    serve`) see each commit whole in both modes. The switch needs the database to itself:
+    if another process holds it open, the mode is left as it is for now and set by a later
+    start."""
+    try:
+        with contextlib.closing(sqlite3.connect(database, timeout=5)) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError as e:
+        if "locked" not in str(e):
+            raise StorageError(
+                f"cannot open the catalog database {database}: {e}; set STREAMBED_DATA_DIR or "
+                "STREAMBED_CATALOG_URI to a writable place"
+            ) from e
 
 
 def is_rest(url: str) -> bool:

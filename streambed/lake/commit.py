@@ -89,10 +89,23 @@ def truncate_commit(
     added: Sequence[str],
     lsn: int,
     footers: Mapping[str, Footer] | None = None,
+    loaded: bool = False,
 ) -> str:
     """Replace every current data file by `added` (a source TRUNCATE, then the new rows;
-    a copy). `footers`: those of `added` that their writers returned."""
-    return _commit(table, removed=(), added=added, lsn=lsn, replace_all=True, footers=footers)
+    a copy). `footers`: those of `added` that their writers returned. `loaded`: `table` was
+    loaded for this commit (a copy's), so its first attempt does not load it again; if the
+    table changed since, that attempt is refused (the catalog asserts the snapshot it
+    started from, and pyiceberg's own retry finds files added since) and the next one
+    loads the table and checks its frontier."""
+    return _commit(
+        table,
+        removed=(),
+        added=added,
+        lsn=lsn,
+        replace_all=True,
+        footers=footers,
+        loaded=loaded,
+    )
 
 
 def _commit(
@@ -103,11 +116,13 @@ def _commit(
     lsn: int,
     replace_all: bool,
     footers: Mapping[str, Footer] | None = None,
+    loaded: bool = False,
 ) -> str:
     name = ".".join(table.name())
     new_files: list[DataFile] | None = None
     for attempt in range(1, COMMIT_ATTEMPTS + 1):
-        table.refresh()
+        if attempt > 1 or not loaded:
+            table.refresh()
         current = frontier(table)
         if current is not None and lsn < current:
             raise StateError(
@@ -147,6 +162,8 @@ def _commit(
                     kind=Kind.COMMIT_CONFLICT,
                 ) from e
         except ValidationException as e:
+            if loaded and attempt == 1:
+                continue  # changed since it was loaded: pyiceberg's own retry saw it; load it
             raise StreambedError(
                 f"{name}: the commit no longer applies to the table ({e}); another writer "
                 "changed it. Re-plan the merge from the current files",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
@@ -20,7 +23,7 @@ from streambed.changes import TableKey
 from streambed.config import Settings
 from streambed.errors import Kind, SchemaError, StateError, StorageError, StreambedError
 from streambed.lake import types as t
-from streambed.lake.catalog import open_catalog
+from streambed.lake.catalog import catalog_properties, open_catalog
 from streambed.lake.commit import commit, data_file, frontier, truncate_commit
 from streambed.lake.convert import rows_to_arrow
 from streambed.lake.files import FileInfo, Footer, data_files, write_parquet
@@ -208,6 +211,23 @@ def test_stale_table_object_conflict(catalog: Catalog, table: Table) -> None:
     assert frontier(table) == 40
 
 
+def test_a_copy_commit_from_a_stale_table_object_loads_it_again(
+    catalog: Catalog, table: Table
+) -> None:
+    """`loaded=True` (a copy's commit) skips the first load: a table changed meanwhile is
+    refused by the catalog, loaded, and checked against its newer frontier."""
+    other = catalog.load_table(("public", "orders"))
+    commit(other, removed=[], added=_write(other, [1, 2]), lsn=20)  # `table` is stale now
+    copied = _write(table, [5, 6])
+    truncate_commit(table, added=copied, lsn=30, loaded=True)
+    assert [f.path for f in data_files(table)] == copied and frontier(table) == 30
+    stale = catalog.load_table(("public", "orders"))
+    commit(other, removed=[], added=_write(other, [7]), lsn=50)
+    with pytest.raises(StateError, match="below the table's frontier"):
+        truncate_commit(stale, added=_write(stale, [8]), lsn=40, loaded=True)
+    assert frontier(catalog.load_table(("public", "orders"))) == 50
+
+
 def test_ensure_table_is_idempotent_and_checks_columns(catalog: Catalog, table: Table) -> None:
     again = ensure_table(catalog, RELATION, KEY)
     assert again.metadata_location == table.metadata_location
@@ -375,3 +395,22 @@ def test_a_copy_commit_uses_the_returned_footers(table: Table, settings: Setting
     (committed,) = data_files(table)
     assert committed.path == uri and committed.record_count == 100
     assert frontier(table) == 700
+
+
+def test_the_embedded_catalog_commits_through_a_write_ahead_log(tmp_path: Path) -> None:
+    """One sync a commit instead of a journal's three (`catalog.write_ahead_log`); a
+    catalog made by an earlier version is switched at its next open, its tables kept."""
+    database = tmp_path / "catalog.db"
+    settings = Settings(source_url="postgresql://x/y", data_dir=tmp_path)
+    older = SqlCatalog("streambed", **catalog_properties(settings))  # rollback journal
+    made = ensure_table(older, RELATION, KEY)
+    with closing(sqlite3.connect(database)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    catalog = open_catalog(settings)
+    with closing(sqlite3.connect(database)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    table = catalog.load_table(("public", "orders"))
+    assert table.metadata_location == made.metadata_location
+    commit(table, removed=[], added=_write(table, [1]), lsn=10)
+    again = open_catalog(settings)  # a second process (`streambed serve`) opens it too
+    assert again.load_table(("public", "orders")).scan().to_arrow().num_rows == 1
