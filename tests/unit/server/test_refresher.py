@@ -5,6 +5,7 @@ failed refresh is tried again."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -68,3 +69,32 @@ def test_stop_ends_the_thread() -> None:
     assert not views._thread.is_alive()
     views.notify(1)  # after the stop: nothing runs
     assert db.calls == 0
+
+
+class TimedDatabase:
+    """Each refresh takes `seconds`; records when each began and ended."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.spans: list[tuple[float, float]] = []
+
+    def refresh(self) -> bool:
+        began = time.monotonic()
+        time.sleep(self.seconds)
+        self.spans.append((began, time.monotonic()))
+        return True
+
+
+def test_after_a_refresh_the_next_waits_as_long_as_it_took() -> None:
+    """Under a burst of commits the refresher holds the GIL at most half of the time."""
+    db = TimedDatabase(0.3)
+    views = ViewRefresher(db).start()
+    try:
+        views.notify(1)
+        time.sleep(0.1)
+        views.notify(2)  # during the first refresh
+        assert views.wait_idle(10)
+    finally:
+        views.stop()
+    (_, first_end), (second_start, _) = db.spans
+    assert second_start - first_end >= 0.25
