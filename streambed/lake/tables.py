@@ -23,6 +23,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
+    NoSuchNamespaceError,
     NoSuchTableError,
     TableAlreadyExistsError,
 )
@@ -92,8 +93,6 @@ def ensure_table(
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
-        with contextlib.suppress(NamespaceAlreadyExistsError):
-            catalog.create_namespace(relation.namespace)
         properties = {
             PROP_KEY: json.dumps(key_names),
             PROP_RELATION_ID: str(relation.relation_id),
@@ -108,9 +107,16 @@ def ensure_table(
             *(SortField(source_id=i + 1, transform=IdentityTransform()) for i in key.columns)
         )
         try:
-            return catalog.create_table(
-                identifier, schema=schema, sort_order=sort_order, properties=properties
-            )
+            try:
+                return catalog.create_table(
+                    identifier, schema=schema, sort_order=sort_order, properties=properties
+                )
+            except NoSuchNamespaceError:  # the schema's first table: one query fewer for the rest
+                with contextlib.suppress(NamespaceAlreadyExistsError):
+                    catalog.create_namespace(relation.namespace)
+                return catalog.create_table(
+                    identifier, schema=schema, sort_order=sort_order, properties=properties
+                )
         except TableAlreadyExistsError:
             table = catalog.load_table(identifier)
     _check_matches(table, schema, key_names, relation)
