@@ -428,6 +428,16 @@ class _Generation:
     schemas: frozenset[str]
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What a table's metadata file says of its columns: the key, the required columns,
+    and which schema of which table they belong to (table uuid, Iceberg schema id)."""
+
+    keys: tuple[str, ...]
+    required: frozenset[str]
+    schema_key: tuple[str, int]
+
+
 class LakeDatabase:
     """The embedded DuckDB serving the lake. Thread-safe; one per process."""
 
@@ -444,8 +454,10 @@ class LakeDatabase:
         if settings.threads:
             config["threads"] = settings.threads
         self._conn = duckdb.connect(":memory:", config=config)
-        self._metadata_cache: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
-        self._columns_cache: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._metadata_cache: dict[str, _Shape] = {}
+        # A view's (name, DuckDB type) columns, by table uuid and Iceberg schema id: a commit
+        # that adds rows keeps its table's schema, and is not described again.
+        self._columns_cache: dict[tuple[str, int], tuple[tuple[str, str], ...]] = {}
         self._snapshot_cache: dict[str, list[timetravel.SnapshotInfo]] = {}
         self._generation = _Generation(None, {}, frozenset())
         try:
@@ -518,7 +530,7 @@ class LakeDatabase:
             self._apply(latest)
             return True
 
-    def _table_metadata(self, location: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    def _table_metadata(self, location: str) -> _Shape:
         cached = self._metadata_cache.get(location)
         if cached is None:
             from pyiceberg.table import StaticTable
@@ -527,7 +539,8 @@ class LakeDatabase:
             schema = table.schema()
             keys = tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
             required = frozenset(f.name for f in schema.fields if f.required)
-            cached = (tuple(k for k in keys if k), required)
+            schema_key = (str(table.metadata.table_uuid), schema.schema_id)
+            cached = _Shape(tuple(k for k in keys if k), required, schema_key)
             self._metadata_cache[location] = cached
         return cached
 
@@ -538,6 +551,7 @@ class LakeDatabase:
             cursor.execute("BEGIN TRANSACTION")
             schemas = set(old.schemas)
             infos: dict[tuple[str, str], catalog.TableInfo] = {}
+            shapes: set[tuple[str, int]] = set()
             for (schema, table), location in sorted(watermark.tables.items()):
                 if schema not in schemas:
                     cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")
@@ -550,15 +564,17 @@ class LakeDatabase:
                         f"CREATE OR REPLACE VIEW {qualified} AS "
                         f"SELECT * FROM iceberg_scan('{escaped}')"
                     )
-                columns = self._columns_cache.get(location)
+                shape = self._table_metadata(location)
+                shapes.add(shape.schema_key)
+                columns = self._columns_cache.get(shape.schema_key)
                 if columns is None:
                     described = cursor.execute(f"DESCRIBE {qualified}").fetchall()
                     columns = tuple((str(r[0]), str(r[1])) for r in described)
-                    self._columns_cache[location] = columns
+                    self._columns_cache[shape.schema_key] = columns
                 pk: tuple[str, ...] | None = None
                 if watermark.primary_keys is not None:
                     pk = watermark.primary_keys.get((schema, table))
-                keys, required = self._table_metadata(location)
+                keys, required = shape.keys, shape.required
                 infos[(schema, table)] = catalog.TableInfo(
                     schema,
                     table,
@@ -581,9 +597,11 @@ class LakeDatabase:
         finally:
             cursor.close()
         live = set(watermark.tables.values())
-        for cache in (self._metadata_cache, self._columns_cache, self._snapshot_cache):
+        for cache in (self._metadata_cache, self._snapshot_cache):
             for key in [k for k in cache if k not in live]:
                 del cache[key]
+        for gone in [k for k in self._columns_cache if k not in shapes]:
+            del self._columns_cache[gone]
         self._generation = _Generation(watermark, infos, frozenset(schemas))
         log.info("query views refreshed lsn=%d tables=%d", watermark.lsn, len(infos))
 

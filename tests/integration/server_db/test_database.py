@@ -234,10 +234,12 @@ def test_the_catalog_is_rebuilt_only_when_a_tables_shape_changes(
     )
     before = db.session().execute(columns).rows()
     assert before
+    described = set(db._columns_cache)  # each table's columns, by its schema
     lake.append("public.orders", orders_rows([4]), lsn=0x200)  # rows only
     snapshots.current = lake.watermark()
     assert db.refresh() is True
     assert rebuilds == []
+    assert set(db._columns_cache) == described  # the same schema: not described again
     assert db.session().execute(columns).rows() == before
     assert db.session().execute("SELECT count(*) FROM orders").rows() == [(4,)]
     # A column added: the catalog follows.
@@ -249,6 +251,7 @@ def test_the_catalog_is_rebuilt_only_when_a_tables_shape_changes(
     assert db.refresh() is True
     assert rebuilds == [len(lake.tables)]
     assert db.session().execute(columns).rows() == [*before, ("memo",)]
+    assert len(set(db._columns_cache) - described) == 1  # orders' new schema
 
 
 def test_refresh_under_concurrent_queries(
