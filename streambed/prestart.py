@@ -9,7 +9,8 @@ starting Spark lazily, when its first merge needs it (an append-only stream may 
 
 A copy needs Spark only for a table larger than `STREAMBED_COPY_LOCAL_BYTES`; smaller ones
 are copied in streambed's process (`streambed.copy.job.copies_here`). So the thread first
-asks the source for its largest table, and starts Spark only when one is over that line
+asks the source for the largest table it will copy (a published table that the include
+and exclude settings select), and starts Spark only when one is over that line
 (or the source cannot be asked). Otherwise the JVM's start, about 9 CPU s on two cores,
 would compete with the copies it is not needed for (a first start of 200 small tables took
 a third longer); the first merge or large copy starts Spark when it needs it.
@@ -50,20 +51,23 @@ def copies_ahead(state_path: Path) -> bool:
 
 
 def spark_needed(settings: Settings) -> bool:
-    """Whether a table of the source is too large to be copied in streambed's process;
-    True too when the source cannot be asked (its copy reports why)."""
+    """Whether a table this start will copy (published, and selected by
+    `STREAMBED_INCLUDE_TABLES` / `STREAMBED_EXCLUDE_TABLES`) is too large to be copied in
+    streambed's process; True too when the source cannot be asked (its copy reports why)."""
     if settings.copy_local_bytes == 0:
         return True  # every copy runs on Spark
     try:
         import psycopg
 
         from streambed.copy.catalog import HEAP_BYTES, TOAST_BYTES
+        from streambed.errors import Kind, SourceError
+        from streambed.replication import setup
 
-        # The largest table measured as its copy measures it (`table_info`, `copies_here`).
-        largest = f"""
-            SELECT coalesce(max({HEAP_BYTES} + {TOAST_BYTES}), 0)
+        # Every table measured as its copy measures it (`table_info`, `copies_here`).
+        sizes = f"""
+            SELECT n.nspname, c.relname, c.oid, c.relispartition, {HEAP_BYTES} + {TOAST_BYTES}
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+            WHERE c.relkind IN ('r', 'p')
               AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'
         """
         with psycopg.connect(
@@ -72,11 +76,31 @@ def spark_needed(settings: Settings) -> bool:
             connect_timeout=10,
             application_name="streambed-prestart",
         ) as conn:
-            row = conn.execute(largest).fetchone()
+            try:
+                published: set[int] | None = {
+                    t.relation_id
+                    for t in setup.publication_tables(
+                        conn, settings.publication, settings.include_tables, settings.exclude_tables
+                    )
+                }
+            except SourceError as e:
+                if e.kind is not Kind.SOURCE_SETUP:
+                    raise
+                published = None  # no publication yet: this start creates it for all tables
+            rows = conn.execute(sizes.encode()).fetchall()
     except Exception:
         log.debug("cannot tell the source's largest table; spark starts", exc_info=True)
         return True
-    return row is None or int(row[0]) > settings.copy_local_bytes
+    if published is None:  # what the new publication will hold: roots, not partitions
+        published = {
+            oid
+            for schema, name, oid, partition, _ in rows
+            if not partition
+            and setup.table_selected(
+                f"{schema}.{name}", settings.include_tables, settings.exclude_tables
+            )
+        }
+    return any(oid in published and size > settings.copy_local_bytes for _, _, oid, _, size in rows)
 
 
 def prestart(settings: Settings) -> threading.Thread | None:

@@ -3,6 +3,7 @@ copied in streambed's process: the source is asked for its largest table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -79,6 +80,28 @@ def test_a_partitioned_table_counts_all_its_partitions(pg_db: PgDatabase, tmp_pa
     # Each partition fits under the line, but the table is copied whole (table_info).
     assert spark_needed(_settings(url, tmp_path, largest))
     assert not spark_needed(_settings(url, tmp_path, total))
+
+
+def test_only_the_tables_the_start_will_copy_count(pg_db: PgDatabase, tmp_path: Path) -> None:
+    """A large table outside the publication, or excluded by configuration, is never
+    copied: it does not start Spark."""
+    url = pg_db.url
+    _create(
+        url,
+        "CREATE TABLE small (id int PRIMARY KEY, v text)",
+        "CREATE TABLE audit (id int PRIMARY KEY, v text)",
+        "INSERT INTO audit SELECT g, md5(g::text) FROM generate_series(1, 2000) g",
+    )
+    limit = _size(url, "audit") - 1
+    settings = _settings(url, tmp_path, limit)
+    assert spark_needed(settings)  # no publication yet: the start creates it for all tables
+    assert not spark_needed(replace(settings, exclude_tables=("public.audit",)))
+    assert not spark_needed(replace(settings, include_tables=("public.sm*",)))
+    _create(url, "CREATE PUBLICATION streambed FOR TABLE small")
+    assert not spark_needed(settings)
+    _create(url, "ALTER PUBLICATION streambed ADD TABLE audit")
+    assert spark_needed(settings)
+    assert not spark_needed(replace(settings, exclude_tables=("public.audit",)))
 
 
 def test_a_source_that_cannot_be_asked_starts_spark(tmp_path: Path) -> None:
