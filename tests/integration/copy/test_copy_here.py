@@ -57,7 +57,7 @@ def _copy_connections(pg_db: PgDatabase) -> list[tuple[str]]:
         (str(r[0]),)
         for r in pg_db.psql(
             "SELECT application_name FROM pg_stat_activity "
-            "WHERE application_name LIKE 'streambed-copy%%' "
+            "WHERE datname = current_database() AND application_name LIKE 'streambed-copy%%' "
             "AND application_name <> 'streambed-copy anchor'"
         )
     ]

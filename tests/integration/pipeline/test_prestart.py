@@ -128,11 +128,12 @@ def test_a_first_start_with_a_large_table_starts_spark_before_its_slot(
 
 
 def _copy_connections(url: str) -> int:
-    """Connections of copy readers (DuckDB's, named `streambed-copy` or for their range)."""
+    """Connections of copy readers to this database (DuckDB's, named `streambed-copy` or
+    for their range; other tests' in this process may hold some to their databases)."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'streambed-copy' "
-            "OR application_name LIKE 'streambed-copy %/%'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+            "(application_name = 'streambed-copy' OR application_name LIKE 'streambed-copy %/%')"
         ).fetchone()
     assert row is not None
     return int(row[0])
