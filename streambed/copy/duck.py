@@ -341,10 +341,15 @@ def stream_range(
             try:
                 db.execute(f"SET memory_limit = {_quote(memory_limit)}")  # one per process
                 db.execute("BEGIN")
-                _on_source(db, alias, f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}")
-                # Named for the range while it reads; DuckDB's pool resets the name to
-                # `KEPT_NAME` when the transaction ends (DISCARD ALL).
-                _on_source(db, alias, f"SET application_name = {_quote(application_name[:63])}")
+                # The snapshot first in the transaction, then the connection named for the
+                # range while it reads (DuckDB's pool resets the name to `KEPT_NAME` when the
+                # transaction ends, DISCARD ALL): one round trip.
+                _on_source(
+                    db,
+                    alias,
+                    f"SET TRANSACTION SNAPSHOT {_quote(snapshot)}; "
+                    f"SET application_name = {_quote(application_name[:63])}",
+                )
                 querying = True
                 result = db.execute(f"SELECT * FROM postgres_query('{alias}', ?)", [query])
                 reader = result.to_arrow_reader(batch_rows)
