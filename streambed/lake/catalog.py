@@ -6,6 +6,7 @@ Namespaces are the source schema names; tables keep their source names.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +18,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from streambed.config import Settings
 from streambed.errors import ConfigError, StorageError
 from streambed.lake.storage import ensure_warehouse, fileio_properties
+
+logger = logging.getLogger(__name__)
 
 
 def catalog_properties(settings: Settings) -> dict[str, str]:
@@ -66,18 +69,15 @@ def write_ahead_log(database: str) -> None:
     one writes and syncs a journal file and then the database, and deletes the journal; in
     WAL mode it appends to the log and syncs once (SQLite's default `synchronous=FULL`, so a
     commit is durable when it returns, as before). Readers in other processes (`streambed
-    serve`) see each commit whole in both modes. The switch needs the database to itself:
-    if another process holds it open, the mode is left as it is for now and set by a later
-    start."""
+    serve`) see each commit whole in both modes. The switch needs the database to itself
+    and writable: if another process holds it open, or it cannot be written, the mode is
+    left as it is (a later start sets it) and the catalog opens as before, reporting its
+    own errors."""
     try:
         with contextlib.closing(sqlite3.connect(database, timeout=5)) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.OperationalError as e:
-        if "locked" not in str(e):
-            raise StorageError(
-                f"cannot open the catalog database {database}: {e}; set STREAMBED_DATA_DIR or "
-                "STREAMBED_CATALOG_URI to a writable place"
-            ) from e
+    except sqlite3.Error as e:
+        logger.debug("catalog %s left in its journal mode: %s", database, e)
 
 
 def is_rest(url: str) -> bool:

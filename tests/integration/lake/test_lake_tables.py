@@ -23,7 +23,7 @@ from streambed.changes import TableKey
 from streambed.config import Settings
 from streambed.errors import Kind, SchemaError, StateError, StorageError, StreambedError
 from streambed.lake import types as t
-from streambed.lake.catalog import catalog_properties, open_catalog
+from streambed.lake.catalog import catalog_properties, open_catalog, write_ahead_log
 from streambed.lake.commit import commit, data_file, frontier, truncate_commit
 from streambed.lake.convert import rows_to_arrow
 from streambed.lake.files import FileInfo, Footer, data_files, write_parquet
@@ -414,3 +414,12 @@ def test_the_embedded_catalog_commits_through_a_write_ahead_log(tmp_path: Path) 
     commit(table, removed=[], added=_write(table, [1]), lsn=10)
     again = open_catalog(settings)  # a second process (`streambed serve`) opens it too
     assert again.load_table(("public", "orders")).scan().to_arrow().num_rows == 1
+
+
+def test_a_catalog_that_cannot_be_switched_is_left_as_it_is(tmp_path: Path) -> None:
+    """The journal mode is an optimisation: a database SQLite cannot open or write here is
+    left to the catalog's own open, which reports it."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    write_ahead_log(str(blocker / "catalog.db"))  # no error of its own
+    assert not (blocker.parent / "catalog.db").exists()
