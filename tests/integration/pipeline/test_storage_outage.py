@@ -49,12 +49,10 @@ def test_streaming_waits_out_a_storage_outage(proxied: tuple[Deployment, TcpProx
     execute(d.url, "INSERT INTO ints SELECT g, 'v1', g, now() FROM generate_series(1, 2000) g")
     start(d)
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)  # read around the proxy
-    before = wal_position(d.url)  # heartbeats may still be acknowledged, changes not
-
     proxy.cut()
+    before = changed_at(d.url, "UPDATE ints SET name = 'v2' WHERE id % 3 = 0")
     execute(
         d.url,
-        "UPDATE ints SET name = 'v2' WHERE id % 3 = 0",
         "BEGIN; DELETE FROM ints WHERE id <= 50; "
         "INSERT INTO pairs SELECT g % 5, 'b' || g, 'v' FROM generate_series(1, 300) g; COMMIT",
         "INSERT INTO shop.words SELECT 'w' || g, g, 'n' FROM generate_series(1, 100) g",
@@ -72,9 +70,15 @@ def test_streaming_waits_out_a_storage_outage(proxied: tuple[Deployment, TcpProx
     assert "storage is back" in d.proc.logs()
 
 
-def wal_position(url: str) -> str:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+def changed_at(url: str, statement: str) -> str:
+    """Run `statement` in a transaction of its own; the WAL position just before its commit.
+
+    The slot may be acknowledged up to there while streambed is idle (its heartbeats, WAL of
+    other databases: a position read before the change is passed within seconds), but not
+    to the commit, which only the flush that makes the change durable may acknowledge."""
+    with psycopg.connect(url) as conn:
+        conn.execute(statement)
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     return str(row[0])
 
