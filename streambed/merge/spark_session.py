@@ -41,6 +41,16 @@ MASTER_ENV = "STREAMBED_SPARK_MASTER"
 
 DAEMON_MODULE = "streambed.merge.spark_daemon"  # Spark's Python daemon: run with `python -m`
 
+JIT_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
+"""HotSpot's C2 compiles a method after ten times as many calls and loop iterations as its
+defaults (JDK 17: 5000, 600, 15000, 40000). Spark's scheduling code, run a few times per job,
+then stays compiled by C1 instead of keeping C2 busy on one of the machine's cores through a
+young JVM's first few dozen jobs (a first start's copies), while a merge's per-row code,
+run millions of times, still reaches C2 within its first file (docs/initial-copy.md)."""
+
 # Settings every streambed session gets. Field ids: Iceberg maps Parquet columns to table
 # columns by id, so Spark must write them (and may use them when reading).
 _CONF = {
@@ -54,7 +64,7 @@ _CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.autoBroadcastJoinThreshold": str(64 * 1024 * 1024),
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.level=WARN {JIT_OPTIONS}",
     # pyspark's daemon, quiet when Spark stops an idle worker (streambed.merge.spark_daemon)
     "spark.python.daemon.module": DAEMON_MODULE,
 }
