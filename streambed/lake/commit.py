@@ -42,6 +42,7 @@ from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
 from streambed.errors import Kind, StateError, StorageError, StreambedError
 from streambed.lake.files import Footer, current_data_files
 from streambed.lake.overwrite import overwrite as lean_overwrite
+from streambed.lake.transaction import transaction
 
 SUMMARY_LSN: Final = "streambed.lsn"
 COMMIT_ATTEMPTS: Final = 4
@@ -146,7 +147,7 @@ def _commit(
             new_files = _data_files(table, list(dict.fromkeys(added)), footers or {})
         try:
             with (
-                table.transaction() as tx,
+                transaction(table) as tx,
                 lean_overwrite(tx, {SUMMARY_LSN: str(lsn)}) as overwrite,
             ):
                 for path in to_remove:

@@ -48,6 +48,7 @@ from streambed.lake.overwrite import overwrite as lean_overwrite
 from streambed.lake.source_catalog import SourceColumn
 from streambed.lake.storage import resolve
 from streambed.lake.tables import PROP_KEY, arrow_schema_of_schema, key_columns
+from streambed.lake.transaction import transaction
 from streambed.lake.types import column_type
 from streambed.pgoutput.messages import Relation
 
@@ -239,7 +240,7 @@ def evolve_table(
     retyped_ids = {n: old_schema.find_field(n).field_id for n, _, _ in plan.retypes}
     fills = {n: v for n, _, v in plan.adds if v is not None}
     lsn = frontier(table)
-    with table.transaction() as tx:
+    with transaction(table) as tx:
         with tx.update_schema(allow_incompatible_changes=True) as update:
             for old, new in plan.renames:
                 update.rename_column(old, new)

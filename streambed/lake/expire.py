@@ -1,20 +1,22 @@
 """Snapshot expiry: a table keeps the snapshots of a retention window, not every flush's.
 
 Every commit adds a snapshot, and an Iceberg table keeps them all until they are expired.
-With pyiceberg 0.12 each commit copies the table's whole metadata about twenty times, so
-its cost grows with the number of snapshots (`bench/commit_cost.py`, a local catalog:
-87 ms with 25, 259 ms with 100, 378 ms with 150), the metadata file grows by about 0.8 kB
-per snapshot, and the data files a flush replaced stay referenced, so `streambed sweep`
-can never reclaim them. The sink therefore expires, after its own commits, the snapshots that are
+Each snapshot kept makes the metadata file about 0.8 kB larger, and every commit writes
+(and every query reads) that file whole; each commit still copies the metadata a few times
+(`streambed.lake.transaction`; pyiceberg's own transaction did about thirty times, which
+made a commit cost 2-3 ms more per snapshot kept). And the data files a flush replaced
+stay referenced, so `streambed sweep` can never reclaim them. The sink therefore expires,
+after its own commits, the snapshots that are
 
 - older than `Retention.hours` (STREAMBED_SNAPSHOT_RETENTION), or
 - beyond the newest `Retention.max_snapshots` (STREAMBED_SNAPSHOT_MAX),
 
 and always keeps the current snapshot, every branch and tag head, and the newest snapshot
 that carries `streambed.lsn` (the table's frontier). Expiry only edits the metadata (it is
-pyiceberg's `expire_snapshots`): older metadata files still name their snapshots, so a
-query running on one is not cut off; the files only expired snapshots referenced become
-unreferenced and the sweep removes them once they are older than STREAMBED_SWEEP_MIN_AGE.
+pyiceberg's `ExpireSnapshots`, on streambed's transaction): older metadata files still
+name their snapshots, so a query running on one is not cut off; the files only expired
+snapshots referenced become unreferenced and the sweep removes them once they are older
+than STREAMBED_SWEEP_MIN_AGE.
 Time travel (`streambed.at_time`, `at_lsn`) reaches back as far as the kept snapshots.
 """
 
@@ -28,8 +30,10 @@ from typing import Final
 
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.table import Table
+from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from streambed.lake.commit import SUMMARY_LSN
+from streambed.lake.transaction import transaction
 
 logger = logging.getLogger("streambed.expire")
 
@@ -90,7 +94,7 @@ def expire(table: Table, retention: Retention, now: dt.datetime | None = None) -
     if not ids:
         return 0
     try:
-        table.maintenance.expire_snapshots().by_ids(ids).commit()
+        ExpireSnapshots(transaction(table, autocommit=True)).by_ids(ids).commit()
     except (CommitFailedException, CommitStateUnknownException, OSError, ValueError) as e:
         logger.warning(
             "expiring %d snapshot(s) of %s failed, tried again later: %s",
