@@ -8,8 +8,10 @@ Some points do something instead of killing the process (`reached` tells the cod
 `copy_leftover_file` plants a file in a copy's run directory as a failed task attempt
 leaves it, `expire_copy_snapshot` ends the transaction that holds a copy's snapshot before
 its tasks import it, `kill_start_snapshot` terminates the session holding the first
-start's snapshot before its copy begins. They fire on their count, or on each hit of a range
-(`expire_copy_snapshot:2-4`: the second, third and fourth time).
+start's snapshot before its copy begins, `copy_taken_storage_error` makes the loop fail to
+load the lake tables of finished copies (a storage error) when it takes them. They fire on
+their count, or on each hit of a range (`expire_copy_snapshot:2-4`: the second, third and
+fourth time).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ KNOWN = frozenset(
         "copy_leftover_file",
         "expire_copy_snapshot",
         "kill_start_snapshot",
+        "copy_taken_storage_error",
     }
 )
 

@@ -73,7 +73,7 @@ from streambed.copy.job import (
 )
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
-from streambed.errors import Kind, SourceError, StreambedError, raised_by_spark
+from streambed.errors import Kind, SourceError, StorageError, StreambedError, raised_by_spark
 from streambed.failpoints import reached
 from streambed.lake.storage import storage_error
 from streambed.lake.types import with_base_types
@@ -290,26 +290,29 @@ class CopyManager:
         tables spent most of its time on them, one per copy)."""
         with self._lock:
             outcomes, self._outcomes = self._outcomes, []
-        again: list[Name] = []  # resync requested while their copy ran: it has ended now
-        committed: list[Outcome] = []
-        for i, outcome in enumerate(outcomes):
-            try:
-                if self._take(outcome, again):
-                    committed.append(outcome)
-            except BaseException:
-                # Storage failed (the pipeline retries): this outcome and the ones after it
-                # are taken again at the next step; taking one twice does nothing more.
-                self._take_again([*committed, *outcomes[i:]])
-                raise
+        refused = [o.error for o in outcomes if o.error and o.error.kind is Kind.STORAGE_AUTH]
+        if refused:
+            self._take_again(outcomes)
+            raise refused[0]  # the lake cannot be written: the process stops
+        committed = [o for o in outcomes if o.error is None and not o.gone]
         if committed:
             try:
+                if reached("copy_taken_storage_error"):
+                    raise StorageError("failpoint copy_taken_storage_error: storage is down")
                 self.lake.load([o.name for o in committed])
                 self._record_watermark(max(o.frontier or 0 for o in committed))
             except BaseException:
-                self._take_again(committed)
+                # Storage failed (the pipeline retries and reads the stream again): every
+                # outcome is taken again at the next step. Nothing of them is taken yet, so
+                # each copy's hold still keeps the slot from being acknowledged past the
+                # changes its blocked table dropped.
+                self._take_again(outcomes)
                 raise
-            for outcome in committed:
-                self._blocked.discard(outcome.name)
+        again: list[Name] = []  # resync requested while their copy ran: it has ended now
+        for outcome in outcomes:
+            self._take(outcome, again)
+        for outcome in committed:
+            self._blocked.discard(outcome.name)
         retries = self._due_again(time.monotonic())  # logged there
         requested = again + retries
         for table in self.state.take_resync_requests():
@@ -342,9 +345,11 @@ class CopyManager:
         with self._lock:
             self._outcomes[:0] = outcomes
 
-    def _take(self, outcome: Outcome, again: list[Name]) -> bool:
-        """Take one finished copy; True when it committed (then `step` records it and
-        unblocks the table)."""
+    def _take(self, outcome: Outcome, again: list[Name]) -> None:
+        """Take one finished copy, recorded if it committed (`step`): release its hold.
+        A committed table is unblocked by `step`; a failed one stays blocked and pending,
+        copied again at a resync or the next start, or after a pause when Spark or storage
+        failed (`_copy_again_at`)."""
         with self._lock:
             self._holds.pop(outcome.name, None)
         if outcome.name in self._resync_after:
@@ -353,14 +358,6 @@ class CopyManager:
                 again.append(outcome.name)
         if outcome.gone:
             self._blocked.discard(outcome.name)
-            return False
-        if outcome.error is not None:
-            if outcome.error.kind is Kind.STORAGE_AUTH:
-                raise outcome.error  # the lake cannot be written: the process stops
-            # Stays blocked and pending: copied again at a resync or the next start, or after
-            # a pause when Spark or storage failed (`_copy_again_at`).
-            return False
-        return True
 
     def _due_again(self, now: float) -> list[Name]:
         """Tables whose copy failed in Spark or storage and whose pause is over."""

@@ -3,7 +3,10 @@ waits, nothing is acknowledged that is not in the lake, and the lake then equals
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -68,6 +71,59 @@ def test_streaming_waits_out_a_storage_outage(proxied: tuple[Deployment, TcpProx
     assert not confirmed_at_most(d.url, before)
     assert d.proc.stop() == 0
     assert "storage is back" in d.proc.logs()
+
+
+def test_a_copy_taken_while_storage_fails_loses_no_change(local_deployment: Deployment) -> None:
+    """The lake cannot be loaded when the loop takes a finished copy (`streambed resync`;
+    the failpoint, four times). Until it is taken, the table stays blocked and the loop drops its
+    changes, to read them again then; meanwhile another table's flushes acknowledge the
+    slot, which the copy's hold must keep from passing the dropped changes."""
+    d = local_deployment
+    execute(
+        d.url,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v1' FROM generate_series(1, 20000) g",
+        "CREATE TABLE u (id serial PRIMARY KEY, at timestamptz)",
+    )
+    tables = ["public.t", "public.u"]
+    start(d)
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc)
+    assert d.proc.stop() == 0
+
+    d.proc.start({"STREAMBED_FAILPOINTS": "copy_taken_storage_error:1-4"})
+    with inserting(d.url, "INSERT INTO u (at) VALUES (now())"):
+        resync(d, "public.t")
+        copying = "copy started table=public.t"
+        wait_until(lambda: d.proc.logs().count(copying) == 2, 60, "the copy again", d.proc)
+        execute(d.url, "UPDATE t SET v = 'v2' WHERE id % 2 = 0", "DELETE FROM t WHERE id <= 100")
+        wait_until(lambda: d.proc.logs().count(RETRYING) >= 4, 60, "the failures", d.proc)
+        time.sleep(1)  # flushes of u after the copy is taken
+    wait_lake_equals_source(d.settings, d.url, tables, d.proc, 60)
+    assert d.proc.stop() == 0
+
+
+@contextmanager
+def inserting(url: str, statement: str) -> Iterator[None]:
+    """Run `statement` every 50 ms on a thread until the block ends."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while not stop.wait(0.05):
+                    conn.execute(statement)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
 
 
 def changed_at(url: str, statement: str) -> str:

@@ -65,12 +65,39 @@ def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> Non
         manager.step()
     assert manager.due(0.0)  # both copies are still to be taken
     assert manager.blocked(*A) and manager.blocked(*B)  # unblocked once recorded
+    # Their holds too: the pipeline reads the stream again, and while the tables are
+    # blocked their changes are dropped, so the slot must not be acknowledged past them.
+    assert manager.ack_limit() == 100
 
     assert manager.step() is True  # committed copies: the stream restarts
     assert lake.loaded == [A, B]
     assert not manager.blocked(*A) and not manager.blocked(*B)
     assert manager.ack_limit() is None  # no hold left
     assert manager._outcomes == []
+
+
+def test_a_resync_asked_during_a_copy_survives_a_storage_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resync requested while A was copied copies A again once that copy is taken, also
+    when the first step that took it failed in storage."""
+    lake = FlakyLake(failures=1)
+    manager = manager_for(tmp_path, lake)
+    submitted: list[tuple[tuple[str, str], ...]] = []
+    monkeypatch.setattr(manager, "_submit", lambda names, anchor, hold: submitted.append(names))
+    manager._blocked = {A}
+    manager._holds = {A: 100}
+    manager._resync_after = {A}
+    manager._outcomes = [Outcome(A, frontier=200)]
+
+    with pytest.raises(StorageError):
+        manager.step()
+    assert manager._resync_after == {A} and submitted == []
+    assert manager.ack_limit() == 100
+
+    assert manager.step() is True
+    assert submitted == [(A,)]  # copied again
+    assert manager._resync_after == set()
 
 
 def test_copies_finished_together_are_recorded_in_one_watermark(tmp_path: Path) -> None:
