@@ -4,14 +4,13 @@ against the source's own text rendering."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import psycopg
 import pytest
 
 from streambed.lake.catalog import open_catalog
+from tests.fixtures.background import repeating
 from tests.integration.fidelity.conftest import Served
 
 pytestmark = pytest.mark.integration
@@ -20,31 +19,14 @@ pytestmark = pytest.mark.integration
 BIG = "(SELECT string_agg(md5(random()::text || g::text), '') FROM generate_series(1, 400) g)"
 
 
-@contextmanager
-def writer(url: str, table: str) -> Iterator[None]:
+def writer(url: str, table: str) -> AbstractContextManager[None]:
     """Keep inserting and updating rows of `table` (columns id, n) until the block ends."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
 
-    def run() -> None:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                i = 0
-                while not stop.is_set():
-                    i += 1
-                    conn.execute(f"INSERT INTO {table} (id, n) VALUES (%s, %s)", (100_000 + i, i))
-                    conn.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (i % 50 + 1,))
-        except BaseException as e:
-            errors.append(e)
+    def step(conn: psycopg.Connection, i: int) -> None:
+        conn.execute(f"INSERT INTO {table} (id, n) VALUES (%s, %s)", (100_000 + i, i))
+        conn.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (i % 50 + 1,))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
+    return repeating(url, step)
 
 
 def test_unchanged_toast_values_keep_their_stored_value(served: Served) -> None:

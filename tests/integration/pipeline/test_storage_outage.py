@@ -3,15 +3,14 @@ waits, nothing is acknowledged that is not in the lake, and the lake then equals
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.fixtures.background import repeating
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.proxy import TcpProxy
 from tests.fixtures.s3 import ThrowawayS3
@@ -91,7 +90,7 @@ def test_a_copy_taken_while_storage_fails_loses_no_change(local_deployment: Depl
     assert d.proc.stop() == 0
 
     d.proc.start({"STREAMBED_FAILPOINTS": "copy_taken_storage_error:1-4"})
-    with inserting(d.url, "INSERT INTO u (at) VALUES (now())"):
+    with repeating(d.url, lambda conn, _: conn.execute("INSERT INTO u (at) VALUES (now())"), 0.05):
         resync(d, "public.t")
         copying = "copy started table=public.t"
         wait_until(lambda: d.proc.logs().count(copying) == 2, 60, "the copy again", d.proc)
@@ -100,30 +99,6 @@ def test_a_copy_taken_while_storage_fails_loses_no_change(local_deployment: Depl
         time.sleep(1)  # flushes of u after the copy is taken
     wait_lake_equals_source(d.settings, d.url, tables, d.proc, 60)
     assert d.proc.stop() == 0
-
-
-@contextmanager
-def inserting(url: str, statement: str) -> Iterator[None]:
-    """Run `statement` every 50 ms on a thread until the block ends."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                while not stop.wait(0.05):
-                    conn.execute(statement)
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
 
 
 def changed_at(url: str, statement: str) -> str:
