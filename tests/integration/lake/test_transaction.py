@@ -79,7 +79,6 @@ def test_a_commit_and_its_expiry_compute_the_metadata_a_few_times(
         computed += 1
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(table_update, "update_table_metadata", counting)
     monkeypatch.setattr("streambed.lake.transaction.update_table_metadata", counting)
     monkeypatch.setattr("pyiceberg.table.update_table_metadata", counting)
     monkeypatch.setattr("pyiceberg.catalog.update_table_metadata", counting)
