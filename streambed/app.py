@@ -246,6 +246,18 @@ def resync(settings: Settings, table: str) -> str:
         raise ConfigError(
             f"resync needs a schema-qualified table name (public.orders), not {table!r}"
         )
+    from streambed.replication.setup import table_selected
+
+    if not table_selected(f"{schema}.{name}", settings.include_tables, settings.exclude_tables):
+        from streambed.errors import ConfigError
+
+        raise ConfigError(
+            f"{schema}.{name} is left out by STREAMBED_INCLUDE_TABLES="
+            f"{','.join(settings.include_tables)} / STREAMBED_EXCLUDE_TABLES="
+            f"{','.join(settings.exclude_tables)}: streambed does not stream it, so a copy "
+            "would be stale at once. Change the settings to include it; the next start "
+            "copies it"
+        )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     state = StateStore(settings.state_path)
     try:

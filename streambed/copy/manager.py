@@ -83,7 +83,7 @@ from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
 from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.connection import sql_connect
-from streambed.state.store import StateStore
+from streambed.state.store import StateStore, TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -211,8 +211,16 @@ class CopyManager:
                 self.settings.include_tables,
                 self.settings.exclude_tables,
             )
+            streamed = {(t.schema, t.name) for t in published}
+            left = [t for t in self.state.tables() if (t.schema, t.name) not in streamed]
+            by_root = setup.streamed_by_root(
+                conn, self.settings.publication, [t.relation_id for t in left]
+            )
         finally:
             conn.close()
+        for table in left:
+            if table.relation_id not in by_root:
+                self._no_longer_streamed(table)
         needed: list[Name] = []
         for t in published:
             current = self.state.table(t.schema, t.name)
@@ -220,7 +228,7 @@ class CopyManager:
                 self.state.register(t.schema, t.name, t.relation_id, "pending")
             if current is None or current.status != "ready":
                 needed.append((t.schema, t.name))
-        for current in self.state.tables():  # pending tables no longer published stay blocked
+        for current in self.state.tables():
             if current.status != "ready":
                 self._blocked.add((current.schema, current.name))
         if needed:
@@ -228,6 +236,23 @@ class CopyManager:
             self._submit(tuple(needed), anchor, position)
         elif anchor is not None:
             anchor.close()
+
+    def _no_longer_streamed(self, table: TableState) -> None:
+        """A table the stream no longer sends (left out of the publication or by
+        `STREAMBED_INCLUDE_TABLES` / `STREAMBED_EXCLUDE_TABLES`, or dropped) is forgotten
+        before the stream starts: its changes from now on are acknowledged unread, so if it
+        is streamed again it must be copied again, as a new table is. Its lake table keeps
+        the rows it had."""
+        self.state.forget(table.schema, table.name)
+        log(
+            logger,
+            "table no longer streamed (not in the publication, left out by "
+            "STREAMBED_INCLUDE_TABLES / STREAMBED_EXCLUDE_TABLES, or dropped): its lake table "
+            "keeps the rows it has; if it is streamed again, it is copied again",
+            logging.WARNING,
+            table=table.qualified,
+            status=table.status,
+        )
 
     def hold(self, stream: Any) -> HeldStream:
         return HeldStream(stream, self)
@@ -315,7 +340,7 @@ class CopyManager:
             self._blocked.discard(outcome.name)
         retries = self._due_again(time.monotonic())  # logged there
         requested = again + retries
-        for table in self.state.take_resync_requests():
+        for table in self._streamed_only(self.state.take_resync_requests()):
             with self._lock:
                 held = table in self._holds
             if not held:
@@ -340,6 +365,41 @@ class CopyManager:
                 log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
             self._submit(tuple(requested), None, self._position)
         return bool(committed)
+
+    def _streamed_only(self, requested: list[Name]) -> list[Name]:
+        """The resync requests for tables the stream sends; a request for any other table
+        (not in the publication, left out by STREAMBED_INCLUDE_TABLES /
+        STREAMBED_EXCLUDE_TABLES, or not existing) is dropped with a warning: its copy would
+        be stale from its first moment. If the source cannot be asked, every request is
+        kept (its copy reports what is wrong)."""
+        if not requested:
+            return requested
+        try:
+            conn = sql_connect(self.settings.source_url)
+            try:
+                published = setup.publication_tables(
+                    conn,
+                    self.settings.publication,
+                    self.settings.include_tables,
+                    self.settings.exclude_tables,
+                )
+            finally:
+                conn.close()
+        except StreambedError:
+            return requested
+        streamed = {(t.schema, t.name) for t in published}
+        for schema, name in requested:
+            if (schema, name) not in streamed:
+                log(
+                    logger,
+                    "resync ignored: the table is not streamed (not in the publication, left "
+                    "out by STREAMBED_INCLUDE_TABLES / STREAMBED_EXCLUDE_TABLES, or not "
+                    "existing)",
+                    logging.WARNING,
+                    table=f"{schema}.{name}",
+                    publication=self.settings.publication,
+                )
+        return [t for t in requested if t in streamed]
 
     def _take_again(self, outcomes: list[Outcome]) -> None:
         with self._lock:

@@ -326,6 +326,24 @@ def publication_tables(
     return [t for t in tables if table_selected(t.qualified_name, include, exclude)]
 
 
+def streamed_by_root(
+    conn: SQLConnection, publication: str, relation_ids: Sequence[int]
+) -> set[int]:
+    """Those of `relation_ids` that are partitions whose changes the publication sends as
+    their root's (`publish_via_partition_root`): they are not tables of their own in the
+    lake."""
+    found = _publication(conn, publication)
+    if found is None or not found.publish_via_partition_root or not relation_ids:
+        return set()
+    rows = _run(
+        conn,
+        "SELECT oid FROM pg_class WHERE oid = ANY(%s::oid[]) AND relispartition",
+        (list(relation_ids),),
+        action="looking for partitions",
+    )
+    return {int(oid) for (oid,) in rows}
+
+
 def table_selected(qualified_name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
     if include and not any(fnmatch.fnmatchcase(qualified_name, p) for p in include):
         return False

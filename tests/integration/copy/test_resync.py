@@ -141,9 +141,9 @@ def test_a_table_that_no_longer_exists_is_forgotten_and_holds_nothing_back(
     wait_until(lambda: _all_ready(d, ["public.kept"]), 240, "kept copied", d.proc)
     _resync(d, "public.vanished")  # e.g. dropped between a failed copy and its resync
     wait_until(
-        lambda: "no longer exists in the source; forgotten" in d.proc.logs(),
+        lambda: "resync ignored: the table is not streamed" in d.proc.logs(),
         120,
-        "the table forgotten",
+        "the request ignored",
         d.proc,
     )
     assert "public.vanished" not in _statuses(d)
