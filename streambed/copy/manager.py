@@ -35,6 +35,11 @@ The rules the pipeline follows through this class:
   resync`; the re-copy takes a new snapshot, so the dropped changes are in it.
 - At start, copies a crash interrupted are either found committed (their files are live in
   the lake table: the table becomes `ready`) or their files are removed (`pending`).
+- A table the stream no longer sends (out of the publication, left out by the settings, or
+  dropped) is forgotten at start, before the stream opens: if it is streamed again it is
+  copied again, as a new table. A table removed from the publication and added back, at
+  any time, is copied again too: none of its publication rows (`setup.Membership`) are
+  the ones last seen (checked at start and every `MEMBERSHIP_POLL_SECONDS`).
 - A start that creates the slot while tables are `ready` (the earlier slot was dropped,
   invalidated by the source, or is not on the server the source failed over to) copies
   every table again: the changes between the lake's frontiers and the new slot are in no
@@ -94,6 +99,10 @@ BLOCKED: Final = (1 << 64) - 1
 """The frontier of a table that is not ready: every change to it is dropped (and re-read)."""
 
 RESYNC_POLL_SECONDS: Final = 2.0
+
+MEMBERSHIP_POLL_SECONDS: Final = 10.0
+"""How often a running process looks for tables removed from the publication and added
+again (`CopyManager._publication_changes`)."""
 
 SNAPSHOT_ATTEMPTS: Final = 3
 """Snapshots a table's copy may take when each expires before its tasks imported it."""
@@ -174,6 +183,7 @@ class CopyManager:
         self._thread: threading.Thread | None = None
         self._position = 0  # the highest LSN acknowledged to the slot by this process
         self._next_resync_poll = 0.0
+        self._next_membership_poll = time.monotonic() + MEMBERSHIP_POLL_SECONDS
         self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
         self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
         self._resync_after: set[Name] = set()  # resync requested while its copy ran or waited
@@ -211,6 +221,12 @@ class CopyManager:
                 self.settings.include_tables,
                 self.settings.exclude_tables,
             )
+            members = setup.memberships(
+                conn,
+                self.settings.publication,
+                self.settings.include_tables,
+                self.settings.exclude_tables,
+            )
             streamed = {(t.schema, t.name) for t in published}
             left = [t for t in self.state.tables() if (t.schema, t.name) not in streamed]
             by_root = setup.streamed_by_root(
@@ -221,6 +237,10 @@ class CopyManager:
         for table in left:
             if table.relation_id not in by_root:
                 self._no_longer_streamed(table)
+        for name in self._replaced(members):
+            # Out of the publication at some time since it was last streamed: a new table.
+            self.state.forget(*name)
+            self._log_replaced(name, "copying it again")
         needed: list[Name] = []
         for t in published:
             current = self.state.table(t.schema, t.name)
@@ -228,6 +248,7 @@ class CopyManager:
                 self.state.register(t.schema, t.name, t.relation_id, "pending")
             if current is None or current.status != "ready":
                 needed.append((t.schema, t.name))
+        self._remember(members)
         for current in self.state.tables():
             if current.status != "ready":
                 self._blocked.add((current.schema, current.name))
@@ -254,6 +275,73 @@ class CopyManager:
             status=table.status,
         )
 
+    def _replaced(self, members: Mapping[Name, setup.Membership]) -> list[Name]:
+        """Registered tables none of whose publication rows (`setup.Membership`) are those
+        seen last: each was removed from the publication and added again since (a row
+        added again gets a new oid), and the changes made to it in between were never
+        sent. Tables whose copy is running are looked at once it has ended."""
+        stored = self.state.memberships()
+        replaced: list[Name] = []
+        for name, rows in members.items():
+            before = stored.get(name)
+            with self._lock:
+                held = name in self._holds
+            if setup.left_and_came_back(before, rows) and not held:
+                replaced.append(name)
+        return replaced
+
+    def _remember(self, members: Mapping[Name, setup.Membership]) -> None:
+        """Store the publication rows of the registered tables not being copied (after
+        `_replaced` has been acted on, durably)."""
+        stored = self.state.memberships()
+        for name, rows in members.items():
+            with self._lock:
+                held = name in self._holds
+            if stored.get(name) != rows and not held and self.state.table(*name) is not None:
+                self.state.set_membership(*name, rows)
+
+    def _log_replaced(self, name: Name, action: str) -> None:
+        log(
+            logger,
+            f"table removed from the publication and added again since it was last "
+            f"streamed: the changes made in between were never sent; {action}",
+            logging.WARNING,
+            table=f"{name[0]}.{name[1]}",
+            publication=self.settings.publication,
+        )
+
+    def _publication_changes(self, now: float) -> list[Name]:
+        """Every `MEMBERSHIP_POLL_SECONDS`: the ready tables that were removed from the
+        publication and added again (`_replaced`), marked `pending` (durably, before their
+        new publication rows are stored) to be copied again. A source that cannot be asked
+        is asked at the next poll."""
+        if now < self._next_membership_poll:
+            return []
+        self._next_membership_poll = now + MEMBERSHIP_POLL_SECONDS
+        try:
+            conn = sql_connect(self.settings.source_url)
+            try:
+                members = setup.memberships(
+                    conn,
+                    self.settings.publication,
+                    self.settings.include_tables,
+                    self.settings.exclude_tables,
+                )
+            finally:
+                conn.close()
+        except StreambedError:
+            return []
+        replaced: list[Name] = []
+        for name in self._replaced(members):
+            current = self.state.table(*name)
+            if current is None:
+                continue  # a new table: its Relation message copies it
+            self.state.register(name[0], name[1], current.relation_id, "pending")
+            self._log_replaced(name, "copying it again")
+            replaced.append(name)
+        self._remember(members)
+        return replaced
+
     def hold(self, stream: Any) -> HeldStream:
         return HeldStream(stream, self)
 
@@ -270,22 +358,24 @@ class CopyManager:
         if current is not None and current.status == "ready":
             self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
             return
-        if not self._published(name):
+        rows = self._published(name)
+        if rows is None:
             # e.g. a partition, whose changes arrive as its root's (publish_via_partition_root):
             # its rows reach the lake through the root's copy and stream.
             self.state.register(rel.namespace, rel.name, rel.relation_id, "ready")
             return
         self.state.register(rel.namespace, rel.name, rel.relation_id, "pending")
+        self.state.set_membership(rel.namespace, rel.name, rows)  # as the copy starts
         log(logger, "new table in the stream, copying it", table=f"{name[0]}.{name[1]}")
         self._submit((name,), None, self._position)
 
-    def _published(self, name: Name) -> bool:
+    def _published(self, name: Name) -> setup.Membership | None:
+        """The table's publication rows, None if the publication does not list it."""
         conn = sql_connect(self.settings.source_url)
         try:
-            published = setup.publication_tables(conn, self.settings.publication)
+            return setup.memberships(conn, self.settings.publication).get(name)
         finally:
             conn.close()
-        return any((t.schema, t.name) == name for t in published)
 
     def ack_limit(self) -> int | None:
         with self._lock:
@@ -338,8 +428,10 @@ class CopyManager:
             self._take(outcome, again)
         for outcome in committed:
             self._blocked.discard(outcome.name)
-        retries = self._due_again(time.monotonic())  # logged there
-        requested = again + retries
+        now = time.monotonic()
+        retries = self._due_again(now)  # logged there
+        changed = self._publication_changes(now)  # logged there
+        requested = again + retries + changed
         for table in self._streamed_only(self.state.take_resync_requests()):
             with self._lock:
                 held = table in self._holds
@@ -360,7 +452,7 @@ class CopyManager:
             for schema, name in requested:
                 if self.state.table(schema, name) is None:
                     self.state.register(schema, name, 0, "pending")
-            asked = [t for t in requested if t not in retries]
+            asked = [t for t in requested if t not in retries and t not in changed]
             if asked:
                 log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
             self._submit(tuple(requested), None, self._position)

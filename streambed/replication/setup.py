@@ -326,6 +326,71 @@ def publication_tables(
     return [t for t in tables if table_selected(t.qualified_name, include, exclude)]
 
 
+Membership = frozenset[str]
+"""The catalog rows that put a table in the publication: `all` (FOR ALL TABLES), `table <oid>`
+(its own or an ancestor's pg_publication_rel row), `schema <oid>` (a pg_publication_namespace
+row of its schema or an ancestor's). A row removed and added again gets a new oid, so a
+table whose rows now share none with those seen before may have been out of the
+publication in between, and its changes of that time were never sent."""
+
+
+def left_and_came_back(before: Membership | None, now: Membership) -> bool:
+    """Whether a table whose publication rows were `before` (None: never seen) and are `now`
+    may have been out of the publication in between: every row it had is gone. A row kept
+    means the table stayed published through it. Nothing to compare (no rows seen, or
+    none now) is no evidence."""
+    if not before or not now:
+        return False
+    return before.isdisjoint(now)
+
+
+_MEMBERSHIP_SCHEMAS = """
+    UNION ALL
+    SELECT 'schema ' || pn.oid FROM pg_publication_namespace pn
+    JOIN pg_class a ON a.relnamespace = pn.pnnspid
+    WHERE pn.pnpubid = p.oid
+      AND (a.oid = c.oid OR a.oid IN (SELECT relid FROM pg_partition_ancestors(c.oid)))
+"""
+
+
+def memberships(
+    conn: SQLConnection,
+    publication: str,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> dict[tuple[str, str], Membership]:
+    """Each table the publication streams (as `publication_tables` lists them), with the
+    catalog rows that put it there (`Membership`)."""
+    schemas = _MEMBERSHIP_SCHEMAS if conn.info.server_version >= 150000 else ""
+    rows = _run(
+        conn,
+        f"""
+        SELECT pt.schemaname, pt.tablename, ARRAY(
+            SELECT 'all' WHERE p.puballtables
+            UNION ALL
+            SELECT 'table ' || pr.oid FROM pg_publication_rel pr
+            WHERE pr.prpubid = p.oid
+              -- ancestors: only of a partition (a plain table has none, not even itself)
+              AND (pr.prrelid = c.oid
+                   OR pr.prrelid IN (SELECT relid FROM pg_partition_ancestors(c.oid)))
+            {schemas}
+        )
+        FROM pg_publication_tables pt
+        JOIN pg_publication p ON p.pubname = pt.pubname
+        JOIN pg_namespace n ON n.nspname = pt.schemaname
+        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+        WHERE pt.pubname = %s AND NOT (p.pubviaroot AND c.relispartition)
+        """,
+        (publication,),
+        action="reading the publication's tables",
+    )
+    return {
+        (schema, name): frozenset(found)
+        for schema, name, found in rows
+        if table_selected(f"{schema}.{name}", include, exclude)
+    }
+
+
 def streamed_by_root(
     conn: SQLConnection, publication: str, relation_ids: Sequence[int]
 ) -> set[int]:

@@ -9,6 +9,9 @@ Tables:
 - `copies`: the copy in progress of each table in status `copying` (run id, output
   directory, seam), so a restart can remove the files of an interrupted copy.
 - `resync_requests`: tables an operator asked to copy again (`streambed resync`).
+- `memberships`: the publication rows that put each table in the publication when last
+  seen (`streambed.copy.manager`: a table whose rows were all replaced was out of the
+  publication in between, and is copied again).
 
 The Iceberg snapshot summary is the source of truth; `reconcile` lets it win at start.
 """
@@ -144,6 +147,9 @@ class StateStore:
         """Remove a table's state, so it is registered and copied again from scratch."""
         with self._lock, self._transaction():
             self._db.execute("DELETE FROM tables WHERE schema = ? AND name = ?", [schema, name])
+            self._db.execute(
+                "DELETE FROM memberships WHERE schema = ? AND name = ?", [schema, name]
+            )
 
     def reconcile(
         self, schema: str, name: str, iceberg_lsn: int | None, metadata_location: str | None
@@ -225,6 +231,20 @@ class StateStore:
         with self._lock:
             rows = list(self._db.query("SELECT * FROM copies ORDER BY schema, name"))
         return [(r["schema"], r["name"], r["run_id"], r["output_dir"], r["seam_lsn"]) for r in rows]
+
+    def memberships(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Each table's publication membership as last seen
+        (`streambed.replication.setup.Membership`)."""
+        with self._lock:
+            rows = list(self._db.query("SELECT schema, name, rows FROM memberships"))
+        return {(r["schema"], r["name"]): frozenset(json.loads(r["rows"])) for r in rows}
+
+    def set_membership(self, schema: str, name: str, rows: frozenset[str]) -> None:
+        with self._lock, self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO memberships (schema, name, rows) VALUES (?, ?, ?)",
+                [schema, name, json.dumps(sorted(rows))],
+            )
 
     def request_resync(self, schema: str, name: str) -> None:
         with self._lock, self._transaction():
@@ -343,6 +363,11 @@ class StateStore:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS resync_requests ("
             " schema TEXT NOT NULL, name TEXT NOT NULL, requested_at TEXT NOT NULL,"
+            " PRIMARY KEY (schema, name))"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS memberships ("
+            " schema TEXT NOT NULL, name TEXT NOT NULL, rows TEXT NOT NULL,"
             " PRIMARY KEY (schema, name))"
         )
         self._db.execute(

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.integration
 
 BOTH = ["public.kept", "public.left"]
 FORGOTTEN = "table no longer streamed"
+REPLACED = "table removed from the publication and added again"
 
 
 def _tables(url: str) -> None:
@@ -92,6 +93,54 @@ def test_a_table_added_back_to_the_publication_is_copied_again_online(
     assert _all_ready(d, BOTH)
     assert d.proc.stop() == 0
     assert d.proc.logs().count(FORGOTTEN) == 1
+
+
+def _remove_change_add(url: str, mark: str) -> None:
+    """`left` out of the publication, changed, and back in: its changes in between are never
+    sent; then a change to `kept`, and one to `left` that is sent."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER PUBLICATION streambed DROP TABLE public.left")
+    _change_left_then_kept(url, mark)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER PUBLICATION streambed ADD TABLE public.left")
+        conn.execute("INSERT INTO public.left VALUES (6000 + length(%s), %s)", (mark, mark))
+
+
+def test_a_table_removed_from_the_publication_and_added_back_while_running_is_copied_again(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    _tables(d.url)
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION streambed FOR TABLE public.kept, public.left")
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, BOTH), 240, "both tables copied", d.proc)
+    wait_lake_equals_source(d.settings, d.url, BOTH, d.proc)
+
+    _remove_change_add(d.url, "out for a moment")
+    wait_lake_equals_source(d.settings, d.url, BOTH, d.proc)
+    assert _copies_committed(d, "public.left") == 2
+    assert _copies_committed(d, "public.kept") == 1
+    assert d.proc.logs().count(REPLACED) == 1
+    assert d.proc.stop() == 0
+
+
+def test_a_table_removed_from_the_publication_and_added_back_while_stopped_is_copied_again(
+    copy_deployment: Deployment,
+) -> None:
+    d = copy_deployment
+    _tables(d.url)
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION streambed FOR TABLE public.kept, public.left")
+    _start_and_copy(d)
+
+    _remove_change_add(d.url, "out while stopped")
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, BOTH), 240, "both ready", d.proc)
+    wait_lake_equals_source(d.settings, d.url, BOTH, d.proc)
+    assert _copies_committed(d, "public.left") == 2
+    assert d.proc.logs().count(REPLACED) == 1
+    assert d.proc.stop() == 0
 
 
 def test_resync_of_a_table_left_out_by_configuration_is_refused(

@@ -108,6 +108,25 @@ def test_forget_allows_a_fresh_copy(store: StateStore) -> None:
     assert t.frontier_lsn == 50
 
 
+def test_memberships_are_kept_until_the_table_is_forgotten(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    store = StateStore(path)
+    store.register("public", "t", 16384, "ready")
+    store.register("public", "u", 16385, "ready")
+    store.set_membership("public", "t", frozenset({"table 1", "schema 2"}))
+    store.set_membership("public", "u", frozenset({"all"}))
+    store.set_membership("public", "t", frozenset({"table 3"}))
+    store.close()
+    store = StateStore(path)  # durable
+    assert store.memberships() == {
+        ("public", "t"): frozenset({"table 3"}),
+        ("public", "u"): frozenset({"all"}),
+    }
+    store.forget("public", "t")
+    assert store.memberships() == {("public", "u"): frozenset({"all"})}
+    store.close()
+
+
 def test_watermark_history(store: StateStore) -> None:
     assert store.latest_watermark() is None
     for i in range(1, WATERMARK_HISTORY + 11):
