@@ -68,8 +68,8 @@ class Settings:
     exclude_tables: tuple[str, ...] = _setting(
         "STREAMBED_EXCLUDE_TABLES",
         "Comma-separated schema.table names or patterns to leave out; applied after the "
-        "include list. A table left out later is forgotten at the next start (its lake "
-        "table keeps its rows); included again, it is copied again.",
+        "include list. A table left out later is forgotten at the next start (no longer "
+        "served; its Iceberg table is kept); included again, it is copied again.",
         (),
     )
     data_dir: Path = _setting(

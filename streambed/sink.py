@@ -111,6 +111,12 @@ class IcebergSink:
             if table is not None:
                 self._tables[name] = table
 
+    def unload(self, name: tuple[str, str]) -> None:
+        """Stop listing a lake table (its files stay): the next watermark leaves it out, so
+        the query server stops serving it (a table streambed no longer streams)."""
+        self._tables.pop(name, None)
+        self._layouts.pop(name, None)
+
     def reset(self) -> None:
         """Forget every cached table, layout and uncommitted part, as at start (after a
         storage failure: the pipeline reads again from the slot). Files of uncommitted parts

@@ -263,13 +263,15 @@ class CopyManager:
         `STREAMBED_INCLUDE_TABLES` / `STREAMBED_EXCLUDE_TABLES`, or dropped) is forgotten
         before the stream starts: its changes from now on are acknowledged unread, so if it
         is streamed again it must be copied again, as a new table is. Its lake table keeps
-        the rows it had."""
+        its files, but the query server stops serving it (its rows would only grow stale)."""
         self.state.forget(table.schema, table.name)
+        self.lake.unload((table.schema, table.name))
         log(
             logger,
             "table no longer streamed (not in the publication, left out by "
-            "STREAMBED_INCLUDE_TABLES / STREAMBED_EXCLUDE_TABLES, or dropped): its lake table "
-            "keeps the rows it has; if it is streamed again, it is copied again",
+            "STREAMBED_INCLUDE_TABLES / STREAMBED_EXCLUDE_TABLES, or dropped): no longer "
+            "served, its lake table's files are kept; if it is streamed again, it is copied "
+            "again",
             logging.WARNING,
             table=table.qualified,
             status=table.status,

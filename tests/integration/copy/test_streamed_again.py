@@ -11,6 +11,7 @@ import sys
 import psycopg
 import pytest
 
+from streambed.state.store import StateStore
 from tests.integration.copy.test_initial_copy import _all_ready, _statuses
 from tests.integration.copy.test_resync import _copies_committed
 from tests.integration.pipeline.conftest import Deployment
@@ -59,6 +60,10 @@ def test_a_table_included_again_by_configuration_is_copied_again(
     wait_lake_equals_source(d.settings, d.url, ["public.kept"], d.proc)
     assert d.proc.stop() == 0
     forgotten = "public.left" not in _statuses(d)
+    with StateStore(d.settings.state_path) as state:
+        mark = state.latest_watermark()
+    assert mark is not None
+    served = set(mark.tables)  # what the query server serves
 
     d.proc.start()  # the exclusion is gone
     wait_until(lambda: _all_ready(d, BOTH), 240, "both ready", d.proc)
@@ -67,6 +72,7 @@ def test_a_table_included_again_by_configuration_is_copied_again(
     assert _copies_committed(d, "public.kept") == 1
     assert d.proc.stop() == 0
     assert forgotten
+    assert served == {"public.kept"}  # a table left out is no longer served
     assert d.proc.logs().count(FORGOTTEN) == 1
 
 
