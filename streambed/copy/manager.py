@@ -320,18 +320,8 @@ class CopyManager:
         if now < self._next_membership_poll:
             return []
         self._next_membership_poll = now + MEMBERSHIP_POLL_SECONDS
-        try:
-            conn = sql_connect(self.settings.source_url)
-            try:
-                members = setup.memberships(
-                    conn,
-                    self.settings.publication,
-                    self.settings.include_tables,
-                    self.settings.exclude_tables,
-                )
-            finally:
-                conn.close()
-        except StreambedError:
+        members = self._streamed()
+        if members is None:
             return []
         replaced: list[Name] = []
         for name in self._replaced(members):
@@ -460,18 +450,13 @@ class CopyManager:
             self._submit(tuple(requested), None, self._position)
         return bool(committed)
 
-    def _streamed_only(self, requested: list[Name]) -> list[Name]:
-        """The resync requests for tables the stream sends; a request for any other table
-        (not in the publication, left out by STREAMBED_INCLUDE_TABLES /
-        STREAMBED_EXCLUDE_TABLES, or not existing) is dropped with a warning: its copy would
-        be stale from its first moment. If the source cannot be asked, every request is
-        kept (its copy reports what is wrong)."""
-        if not requested:
-            return requested
+    def _streamed(self) -> dict[Name, setup.Membership] | None:
+        """The tables the stream sends now (the publication's, after the settings), with
+        their publication rows; None when the source cannot be asked."""
         try:
             conn = sql_connect(self.settings.source_url)
             try:
-                published = setup.publication_tables(
+                return setup.memberships(
                     conn,
                     self.settings.publication,
                     self.settings.include_tables,
@@ -480,8 +465,19 @@ class CopyManager:
             finally:
                 conn.close()
         except StreambedError:
+            return None
+
+    def _streamed_only(self, requested: list[Name]) -> list[Name]:
+        """The resync requests for tables the stream sends; a request for any other table
+        (not in the publication, left out by STREAMBED_INCLUDE_TABLES /
+        STREAMBED_EXCLUDE_TABLES, or not existing) is dropped with a warning: its copy would
+        be stale from its first moment. If the source cannot be asked, every request is
+        kept (its copy reports what is wrong)."""
+        if not requested:
             return requested
-        streamed = {(t.schema, t.name) for t in published}
+        streamed = self._streamed()
+        if streamed is None:
+            return requested
         for schema, name in requested:
             if (schema, name) not in streamed:
                 log(

@@ -31,6 +31,13 @@ def _tables(url: str) -> None:
             conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 300) g")
 
 
+def _published_tables(url: str) -> None:
+    """Both tables, in a publication that lists them (so one can be removed from it)."""
+    _tables(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION streambed FOR TABLE public.kept, public.left")
+
+
 def _change_left_then_kept(url: str, mark: str) -> None:
     """Changes to `left` the stream does not send, then one to `kept`: once `kept`'s is in
     the lake, the stream has read (and acknowledged) past those to `left`."""
@@ -80,9 +87,7 @@ def test_a_table_added_back_to_the_publication_is_copied_again_online(
     copy_deployment: Deployment,
 ) -> None:
     d = copy_deployment
-    _tables(d.url)
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("CREATE PUBLICATION streambed FOR TABLE public.kept, public.left")
+    _published_tables(d.url)
     _start_and_copy(d)
 
     with psycopg.connect(d.url, autocommit=True) as conn:
@@ -116,9 +121,7 @@ def test_a_table_removed_from_the_publication_and_added_back_while_running_is_co
     copy_deployment: Deployment,
 ) -> None:
     d = copy_deployment
-    _tables(d.url)
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("CREATE PUBLICATION streambed FOR TABLE public.kept, public.left")
+    _published_tables(d.url)
     d.proc.start()
     wait_until(lambda: _all_ready(d, BOTH), 240, "both tables copied", d.proc)
     wait_lake_equals_source(d.settings, d.url, BOTH, d.proc)
@@ -135,9 +138,7 @@ def test_a_table_removed_from_the_publication_and_added_back_while_stopped_is_co
     copy_deployment: Deployment,
 ) -> None:
     d = copy_deployment
-    _tables(d.url)
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("CREATE PUBLICATION streambed FOR TABLE public.kept, public.left")
+    _published_tables(d.url)
     _start_and_copy(d)
 
     _remove_change_add(d.url, "out while stopped")
