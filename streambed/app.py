@@ -239,18 +239,15 @@ def serve(settings: Settings) -> None:
 def resync(settings: Settings, table: str) -> str:
     """Ask for `table` (schema.table) to be copied again; a running `streambed run` picks
     the request up within seconds, otherwise the next start does."""
+    from streambed.errors import ConfigError
+    from streambed.replication.setup import table_selected
+
     schema, dot, name = table.partition(".")
     if not dot or not schema or not name:
-        from streambed.errors import ConfigError
-
         raise ConfigError(
             f"resync needs a schema-qualified table name (public.orders), not {table!r}"
         )
-    from streambed.replication.setup import table_selected
-
     if not table_selected(f"{schema}.{name}", settings.include_tables, settings.exclude_tables):
-        from streambed.errors import ConfigError
-
         raise ConfigError(
             f"{schema}.{name} is left out by STREAMBED_INCLUDE_TABLES="
             f"{','.join(settings.include_tables)} / STREAMBED_EXCLUDE_TABLES="

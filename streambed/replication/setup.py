@@ -289,6 +289,18 @@ def _drop_lost(conn: SQLConnection, slot: str) -> None:
 # ---- catalog ---------------------------------------------------------------------------
 
 
+_PUBLISHED = """
+    FROM pg_publication_tables pt
+    JOIN pg_publication p ON p.pubname = pt.pubname
+    JOIN pg_namespace n ON n.nspname = pt.schemaname
+    JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+    -- with publish_via_partition_root, partitions' changes arrive as their root's
+    WHERE pt.pubname = %s AND NOT (p.pubviaroot AND c.relispartition)
+"""
+"""The tables the stream names, for one publication (`%s`): `publication_tables` and
+`memberships` list the same ones."""
+
+
 def publication_tables(
     conn: SQLConnection,
     publication: str,
@@ -309,14 +321,9 @@ def publication_tables(
         )
     rows = _run(
         conn,
-        """
+        f"""
         SELECT pt.schemaname, pt.tablename, c.oid
-        FROM pg_publication_tables pt
-        JOIN pg_publication p ON p.pubname = pt.pubname
-        JOIN pg_namespace n ON n.nspname = pt.schemaname
-        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-        -- with publish_via_partition_root, partitions' changes arrive as their root's
-        WHERE pt.pubname = %s AND NOT (p.pubviaroot AND c.relispartition)
+        {_PUBLISHED}
         ORDER BY pt.schemaname, pt.tablename
         """,
         (publication,),
@@ -382,11 +389,7 @@ def memberships(
             WHERE anc.relid <> c.oid
             {schemas}
         )
-        FROM pg_publication_tables pt
-        JOIN pg_publication p ON p.pubname = pt.pubname
-        JOIN pg_namespace n ON n.nspname = pt.schemaname
-        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
-        WHERE pt.pubname = %s AND NOT (p.pubviaroot AND c.relispartition)
+        {_PUBLISHED}
         """,
         (publication,),
         action="reading the publication's tables",
