@@ -39,7 +39,8 @@ The rules the pipeline follows through this class:
   dropped) is forgotten at start, before the stream opens: if it is streamed again it is
   copied again, as a new table. A table removed from the publication and added back, at
   any time, is copied again too: none of its publication rows (`setup.Membership`) are
-  the ones last seen (checked at start and every `MEMBERSHIP_POLL_SECONDS`).
+  the ones last seen (`streambed.copy.streamed`: checked at start and every
+  `MEMBERSHIP_POLL_SECONDS`).
 - A start that creates the slot while tables are `ready` (the earlier slot was dropped,
   invalidated by the source, or is not on the server the source failed over to) copies
   every table again: the changes between the lake's frontiers and the new slot are in no
@@ -78,6 +79,7 @@ from streambed.copy.job import (
 )
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
+from streambed.copy.streamed import StreamedTables
 from streambed.errors import Kind, SourceError, StorageError, StreambedError, raised_by_spark
 from streambed.failpoints import reached
 from streambed.lake.storage import storage_error
@@ -99,10 +101,6 @@ BLOCKED: Final = (1 << 64) - 1
 """The frontier of a table that is not ready: every change to it is dropped (and re-read)."""
 
 RESYNC_POLL_SECONDS: Final = 2.0
-
-MEMBERSHIP_POLL_SECONDS: Final = 10.0
-"""How often a running process looks for tables removed from the publication and added
-again (`CopyManager._publication_changes`)."""
 
 SNAPSHOT_ATTEMPTS: Final = 3
 """Snapshots a table's copy may take when each expires before its tasks imported it."""
@@ -183,7 +181,7 @@ class CopyManager:
         self._thread: threading.Thread | None = None
         self._position = 0  # the highest LSN acknowledged to the slot by this process
         self._next_resync_poll = 0.0
-        self._next_membership_poll = time.monotonic() + MEMBERSHIP_POLL_SECONDS
+        self.streamed = StreamedTables(settings, state)
         self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
         self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
         self._resync_after: set[Name] = set()  # resync requested while its copy ran or waited
@@ -237,10 +235,10 @@ class CopyManager:
         for table in left:
             if table.relation_id not in by_root:
                 self._no_longer_streamed(table)
-        for name in self._replaced(members):
+        for name in self.streamed.replaced(members, self._held):
             # Out of the publication at some time since it was last streamed: a new table.
             self.state.forget(*name)
-            self._log_replaced(name, "copying it again")
+            self.streamed.log_replaced(name, "copying it again")
         needed: list[Name] = []
         for t in published:
             current = self.state.table(t.schema, t.name)
@@ -248,7 +246,7 @@ class CopyManager:
                 self.state.register(t.schema, t.name, t.relation_id, "pending")
             if current is None or current.status != "ready":
                 needed.append((t.schema, t.name))
-        self._remember(members)
+        self.streamed.remember(members, self._held)
         for current in self.state.tables():
             if current.status != "ready":
                 self._blocked.add((current.schema, current.name))
@@ -277,62 +275,10 @@ class CopyManager:
             status=table.status,
         )
 
-    def _replaced(self, members: Mapping[Name, setup.Membership]) -> list[Name]:
-        """Registered tables none of whose publication rows (`setup.Membership`) are those
-        seen last: each was removed from the publication and added again since (a row
-        added again gets a new oid), and the changes made to it in between were never
-        sent. Tables whose copy is running are looked at once it has ended."""
-        stored = self.state.memberships()
-        replaced: list[Name] = []
-        for name, rows in members.items():
-            before = stored.get(name)
-            with self._lock:
-                held = name in self._holds
-            if setup.left_and_came_back(before, rows) and not held:
-                replaced.append(name)
-        return replaced
-
-    def _remember(self, members: Mapping[Name, setup.Membership]) -> None:
-        """Store the publication rows of the registered tables not being copied (after
-        `_replaced` has been acted on, durably)."""
-        stored = self.state.memberships()
-        for name, rows in members.items():
-            with self._lock:
-                held = name in self._holds
-            if stored.get(name) != rows and not held and self.state.table(*name) is not None:
-                self.state.set_membership(*name, rows)
-
-    def _log_replaced(self, name: Name, action: str) -> None:
-        log(
-            logger,
-            f"table removed from the publication and added again since it was last "
-            f"streamed: the changes made in between were never sent; {action}",
-            logging.WARNING,
-            table=f"{name[0]}.{name[1]}",
-            publication=self.settings.publication,
-        )
-
-    def _publication_changes(self, now: float) -> list[Name]:
-        """Every `MEMBERSHIP_POLL_SECONDS`: the ready tables that were removed from the
-        publication and added again (`_replaced`), marked `pending` (durably, before their
-        new publication rows are stored) to be copied again. A source that cannot be asked
-        is asked at the next poll."""
-        if now < self._next_membership_poll:
-            return []
-        self._next_membership_poll = now + MEMBERSHIP_POLL_SECONDS
-        members = self._streamed()
-        if members is None:
-            return []
-        replaced: list[Name] = []
-        for name in self._replaced(members):
-            current = self.state.table(*name)
-            if current is None:
-                continue  # a new table: its Relation message copies it
-            self.state.register(name[0], name[1], current.relation_id, "pending")
-            self._log_replaced(name, "copying it again")
-            replaced.append(name)
-        self._remember(members)
-        return replaced
+    def _held(self, name: Name) -> bool:
+        """Whether the table's copy is running (or waiting to run again)."""
+        with self._lock:
+            return name in self._holds
 
     def hold(self, stream: Any) -> HeldStream:
         return HeldStream(stream, self)
@@ -422,12 +368,10 @@ class CopyManager:
             self._blocked.discard(outcome.name)
         now = time.monotonic()
         retries = self._due_again(now)  # logged there
-        changed = self._publication_changes(now)  # logged there
+        changed = self.streamed.changes(now, self._held)  # logged there
         requested = again + retries + changed
-        for table in self._streamed_only(self.state.take_resync_requests()):
-            with self._lock:
-                held = table in self._holds
-            if not held:
+        for table in self.streamed.only_streamed(self.state.take_resync_requests()):
+            if not self._held(table):
                 requested.append(table)
             elif table not in self._resync_after:
                 # Its copy is running (or waiting for the source): that copy's snapshot may
@@ -449,47 +393,6 @@ class CopyManager:
                 log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
             self._submit(tuple(requested), None, self._position)
         return bool(committed)
-
-    def _streamed(self) -> dict[Name, setup.Membership] | None:
-        """The tables the stream sends now (the publication's, after the settings), with
-        their publication rows; None when the source cannot be asked."""
-        try:
-            conn = sql_connect(self.settings.source_url)
-            try:
-                return setup.memberships(
-                    conn,
-                    self.settings.publication,
-                    self.settings.include_tables,
-                    self.settings.exclude_tables,
-                )
-            finally:
-                conn.close()
-        except StreambedError:
-            return None
-
-    def _streamed_only(self, requested: list[Name]) -> list[Name]:
-        """The resync requests for tables the stream sends; a request for any other table
-        (not in the publication, left out by STREAMBED_INCLUDE_TABLES /
-        STREAMBED_EXCLUDE_TABLES, or not existing) is dropped with a warning: its copy would
-        be stale from its first moment. If the source cannot be asked, every request is
-        kept (its copy reports what is wrong)."""
-        if not requested:
-            return requested
-        streamed = self._streamed()
-        if streamed is None:
-            return requested
-        for schema, name in requested:
-            if (schema, name) not in streamed:
-                log(
-                    logger,
-                    "resync ignored: the table is not streamed (not in the publication, left "
-                    "out by STREAMBED_INCLUDE_TABLES / STREAMBED_EXCLUDE_TABLES, or not "
-                    "existing)",
-                    logging.WARNING,
-                    table=f"{schema}.{name}",
-                    publication=self.settings.publication,
-                )
-        return [t for t in requested if t in streamed]
 
     def _take_again(self, outcomes: list[Outcome]) -> None:
         with self._lock:
