@@ -151,10 +151,10 @@ class Settings:
     copy_local_bytes: int = _setting(
         "STREAMBED_COPY_LOCAL_BYTES",
         "Tables of at most this many bytes (heap and TOAST, when their copy starts) are copied "
-        "by streambed's own process, each in one range and one file, without Spark: for a "
-        "small table Spark's job costs more than the reading, and a first start of only small "
-        "tables need not wait for Spark. 0 copies every table on Spark.",
-        8 * 1024 * 1024,
+        "by streambed's own process, each in one range and one file, without Spark: up to "
+        "about this size Spark's job costs more than its parallel reading saves, and a first "
+        "start of only such tables need not wait for Spark. 0 copies every table on Spark.",
+        32 * 1024 * 1024,
     )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",

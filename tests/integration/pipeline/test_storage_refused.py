@@ -98,6 +98,7 @@ def test_a_copy_the_store_refuses_stops_the_process(
     """Nothing streams (no flush would fail): the copy's own failure stops the process."""
     d, server = own_store
     bucket = d.env["STREAMBED_S3_BUCKET"]
+    d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = "0"  # `big` is copied by Spark's tasks
     tables = small_and_big(d, 200_000)
 
     server.allow(READ_ONLY, bucket)
