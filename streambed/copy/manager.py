@@ -79,7 +79,7 @@ from streambed.copy.job import (
 )
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
-from streambed.copy.streamed import StreamedTables
+from streambed.copy.streamed import Name, StreamedTables
 from streambed.errors import Kind, SourceError, StorageError, StreambedError, raised_by_spark
 from streambed.failpoints import reached
 from streambed.lake.storage import storage_error
@@ -111,8 +111,6 @@ RETRY_MAX_SECONDS: Final = 60.0
 STORAGE_RETRY_MAX_SECONDS: Final = 600.0
 """The longest wait before copying again a table whose copy failed in Spark or storage: a
 failure that is not transient then costs one copy every ten minutes, not one a minute."""
-
-Name = tuple[str, str]
 
 
 @dataclass(frozen=True)
