@@ -151,10 +151,12 @@ class Settings:
     copy_local_bytes: int = _setting(
         "STREAMBED_COPY_LOCAL_BYTES",
         "Tables of at most this many bytes (heap and TOAST, when their copy starts) are copied "
-        "by streambed's own process, each in one range and one file, without Spark: up to "
-        "about this size Spark's job costs more than its parallel reading saves, and a first "
-        "start of only such tables need not wait for Spark. 0 copies every table on Spark.",
-        32 * 1024 * 1024,
+        "by streambed's own process, their ranges read side by side by up to four threads "
+        "(one a core), without Spark: on one machine that is as fast or faster, and a first "
+        "start of only such tables need not wait for Spark. Larger tables are copied on "
+        "Spark, which spreads them over every core of the machine or cluster. 0 copies every "
+        "table on Spark.",
+        256 * 1024 * 1024,
     )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",

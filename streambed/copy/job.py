@@ -1,5 +1,6 @@
-"""One table's copy: Spark tasks copy its ctid ranges into Parquet files (a small table's
-one range is copied by the calling thread, `copies_here`); one Iceberg commit.
+"""One table's copy: Spark tasks copy its ctid ranges into Parquet files (a table of at
+most `STREAMBED_COPY_LOCAL_BYTES` is copied by threads of streambed's own process,
+`copies_here`, `streambed.copy.here`); one Iceberg commit.
 
 Nothing of a copy is visible before its single commit, which replaces every data file of the
 lake table (a re-copy replaces the old contents atomically) and records the frontier
@@ -28,6 +29,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from streambed.copy.catalog import TableInfo
+from streambed.copy.here import copy_here, here_ranges, range_threads
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import BlockRange, block_ranges
 from streambed.copy.snapshot import (
@@ -37,7 +39,7 @@ from streambed.copy.snapshot import (
     connection_lost,
     snapshot_expired,
 )
-from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition, copy_range
+from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition
 from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
@@ -125,9 +127,10 @@ def copy_table(
 
     A table whose heap is empty now was empty in the snapshot too (the snapshot keeps
     VACUUM from removing rows it can see), so it is committed without starting Spark. A
-    table of at most `local_bytes` (`copies_here`) is copied in this process, as one range
-    read the way a Spark task reads one (`spark` may then be None): for a small table,
-    Spark's job costs more than the reading (docs/initial-copy.md).
+    table of at most `local_bytes` (`copies_here`) is copied in this process, its ranges
+    read side by side by threads the way Spark tasks read them (`spark` may then be None):
+    on one machine that is as fast or faster, without the Spark job's own cost
+    (docs/initial-copy.md).
     """
     started = time.monotonic()
     here = copies_here(info, local_bytes)
@@ -140,7 +143,7 @@ def copy_table(
         _check_duckdb_reader()
     out = output_dir(table, run_id)
     if here:
-        ranges = [BlockRange(0, None)]
+        ranges = here_ranges(info, range_threads())
     else:
         assert spark is not None
         ranges = block_ranges(info.blocks, slots=task_slots(spark))
@@ -177,8 +180,7 @@ def copy_table(
     if duckdb_memory_limit is not None:
         options["duckdb_memory_limit"] = duckdb_memory_limit  # tests: `duck.MEMORY_LIMIT`
     if here:
-        # On this thread's kept source connection (`duck._attach`), as a Spark worker reads.
-        written = _copy_here(info, options)
+        written = _copy_here(info, options, ranges)
     else:
         assert spark is not None
         written = _copy_on_spark(spark, info, options, ranges)
@@ -214,10 +216,13 @@ def _job_group(run_id: str) -> str:
     return f"streambed-copy-{run_id}"
 
 
-def _copy_here(info: TableInfo, options: Mapping[str, str]) -> list[Written]:
-    """The table's one range read and written by this thread, as a Spark task would."""
+def _copy_here(
+    info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange]
+) -> list[Written]:
+    """The table's ranges read and written by this process's threads, as Spark tasks
+    would."""
     try:
-        return list(copy_range(options, 0, 0, None))
+        return copy_here(options, ranges)
     except Exception as e:
         raise _failure(info.qualified, e, where="in streambed's process") from None
 

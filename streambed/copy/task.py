@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
@@ -71,6 +72,12 @@ logger = logging.getLogger("streambed.copy")
 READERS = ("duckdb", "csv")
 ERROR_MARK = "streambed-copy-error:"
 SCHEMA_MARK = "a value cannot be stored"  # `copy_failure`'s `what` for a SchemaError
+
+
+class RangeStopped(Exception):
+    """A range copied in streambed's process stopped because another range of its table
+    failed (`streambed.copy.here`)."""
+
 
 Written = tuple[str, int, int, float, float, pq.FileMetaData | None]
 """A written file: (path, rows, bytes, started, ended, footer); started and ended are when
@@ -122,10 +129,16 @@ class ArrowValues(Sequence[bytes | None]):
 
 
 def copy_range(
-    options: Mapping[str, str], index: int, start: int, end: int | None
+    options: Mapping[str, str],
+    index: int,
+    start: int,
+    end: int | None,
+    *,
+    stop: threading.Event | None = None,
 ) -> Iterator[Written]:
     """Copy range `index`, heap blocks `[start, end)` (`end` None: to the table's end), as
-    the copy's `options` describe; yields each written file."""
+    the copy's `options` describe; yields each written file. Once `stop` is set, the next
+    batch raises `RangeStopped` (the range's files are deleted)."""
     began = time.time()
     schema_name, table = options["schema"], options["table"]
     run_id, output_dir = options["run_id"], options["output_dir"]
@@ -166,8 +179,17 @@ def copy_range(
                 max_rows_per_file=max_rows,
                 unique=unique,
             )
-            for raw in batches:
-                output.write(raw_to_table(raw, columns, schema, qualified, parsed))
+            try:
+                for raw in batches:
+                    if stop is not None and stop.is_set():
+                        raise RangeStopped(f"{qualified}: another range of the table failed")
+                    output.write(raw_to_table(raw, columns, schema, qualified, parsed))
+            finally:
+                # Ends the reader's query now, on this thread (an error's traceback would
+                # otherwise keep the reader, and its connection, until it is freed).
+                close = getattr(batches, "close", None)
+                if close is not None:
+                    close()
             files = output.close()
             break
         except OutOfMemory as e:  # rows too wide for DuckDB's 2048-row vectors
@@ -235,10 +257,7 @@ def _read(
             and few_distinct(first.column(i))
         }
         where = f"{schema_name}.{table}"
-        restored = (
-            restore(b, columns, where, distinct)
-            for b in itertools.chain([] if first is None else [first], batches)
-        )
+        restored = _restored(batches, first, columns, where, distinct)
         return [native(c) for c in columns], restored, dictionary_schema(arrow_schema, distinct)
     types = csv_types(columns)
     statement = copy_statement(schema_name, table, [c.name for c in columns], block_range)
@@ -252,6 +271,25 @@ def _read(
         psql=find_psql(),
     )
     return [t != pa.binary() for t in types], batches, arrow_schema
+
+
+def _restored(
+    batches: Iterator[pa.RecordBatch],
+    first: pa.RecordBatch | None,
+    columns: Sequence[RelationColumn],
+    where: str,
+    distinct: Container[int],
+) -> Iterator[pa.RecordBatch]:
+    """`first` and the rest of `batches`, each `duck.restore`d. Closes `batches` when it
+    ends, is closed or raises (a value refused), so the reader's query ends at once on the
+    range's thread rather than when an error's traceback is freed."""
+    try:
+        for batch in itertools.chain([] if first is None else [first], batches):
+            yield restore(batch, columns, where, distinct)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def dictionary_schema(schema: pa.Schema, positions: Container[int]) -> pa.Schema:

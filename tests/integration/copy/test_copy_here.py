@@ -1,9 +1,10 @@
-"""A small table's copy in streambed's own process (`job.copies_here`): one range, one file,
-no Spark, on a real Postgres and on the local warehouse and S3."""
+"""A table's copy in streambed's own process (`job.copies_here`, `streambed.copy.here`): its
+ranges read by threads, no Spark, on a real Postgres and on the local warehouse and S3."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from streambed.config import Settings
+from streambed.copy import here, job
 from streambed.copy.catalog import table_info
 from streambed.copy.duck import detach_all
 from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
@@ -91,6 +93,54 @@ def test_a_small_table_is_copied_without_spark_in_one_file(
     assert _copy_connections(pg_db) == []
 
 
+@pytest.fixture
+def two_range_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Two range threads of their own, whatever the machine's cores."""
+    pool = ThreadPoolExecutor(2, thread_name_prefix="test-range")
+    monkeypatch.setattr(here, "_pool", pool)
+    monkeypatch.setattr(job, "range_threads", lambda: 2)
+    yield
+    detach_all()
+    pool.shutdown()
+
+
+def _filled(url: str, name: str, rows: int, last: str = "2024-01-01") -> None:
+    """`rows` rows of about 170 bytes, the last one's `at` being `last`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text, at timestamp)")
+        conn.execute(
+            f"INSERT INTO {name} SELECT g, repeat(md5(g::text), 4), '2024-01-01' "
+            f"FROM generate_series(1, {rows - 1}) g"
+        )
+        conn.execute(f"INSERT INTO {name} VALUES ({rows}, 'last', %s)", (last,))
+        conn.execute(f"ANALYZE {name}")
+
+
+def test_a_table_is_copied_in_a_range_a_thread(
+    settings: Settings, pg_db: PgDatabase, two_range_threads: None
+) -> None:
+    url = settings.source_url
+    _filled(url, "filled", 40_000)  # about 7 MiB: two ranges of at least 2 MiB
+    anchor = SnapshotAnchor.from_temporary_slot(url)
+    try:
+        result = _copy(settings, anchor, "filled", 64 * 1024 * 1024)
+    finally:
+        anchor.close()
+    assert result.rows == 40_000 and result.files == 2
+    table = open_catalog(settings).load_table(("public", "filled"))
+    assert frontier(table) == anchor.frontier and len(table.history()) == 1
+    per_file = []
+    for task in sorted(table.scan().plan_files(), key=lambda t: t.file.file_path):
+        fs, path = filesystem(task.file.file_path, fs_options(settings))
+        per_file.append(pq.read_table(path, filesystem=fs).column("id").to_pylist())
+    assert len(per_file) == 2 and all(per_file)
+    assert max(per_file[0]) < min(per_file[1])  # range order: the heap's first half first
+    assert sorted(per_file[0] + per_file[1]) == list(range(1, 40_001))
+    assert _copy_connections(pg_db) == [("streambed-copy",)] * 2  # one a range thread
+    detach_all()
+    assert _copy_connections(pg_db) == []
+
+
 def test_small_tables_copied_two_at_a_time_each_thread_on_its_connection(
     pg_db: PgDatabase, tmp_path: Path
 ) -> None:
@@ -148,25 +198,26 @@ def test_a_table_over_the_limit_is_not_copied_without_spark(
         anchor.close()
 
 
+@pytest.mark.parametrize("rows", [2, 40_000])  # one range; two, the value in the second
 def test_a_value_the_lake_cannot_store_stops_the_copy_and_leaves_no_file(
-    pg_db: PgDatabase, tmp_path: Path
+    pg_db: PgDatabase, tmp_path: Path, two_range_threads: None, rows: int
 ) -> None:
     settings = Settings(source_url=pg_db.url, data_dir=tmp_path)
-    with psycopg.connect(pg_db.url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE far (id int PRIMARY KEY, at timestamp)")
-        conn.execute(
-            "INSERT INTO far VALUES (1, '2024-01-01'), (2, '294247-01-10 04:00:54.775808')"
-        )
+    _filled(pg_db.url, "far", rows, last="294247-01-10 04:00:54.775808")
     anchor = SnapshotAnchor.from_temporary_slot(pg_db.url)
     try:
         with pytest.raises(SchemaError, match="cannot be stored exactly"):
-            _copy(settings, anchor, "far", LIMIT)
+            _copy(settings, anchor, "far", 64 * 1024 * 1024)
     finally:
         anchor.close()
     table = open_catalog(settings).load_table(("public", "far"))
     assert table.current_snapshot() is None  # nothing committed
     copies = Path(output_dir(table, "x").removeprefix("file://")).parent
     assert list(copies.rglob("*.parquet")) == []
+    # The failed range's connection is closed; a range that finished keeps its own, idle.
+    kept = _copy_connections(pg_db)
+    assert kept == [] or (rows > 2 and kept == [("streambed-copy",)]), kept
+    detach_all()
     assert _copy_connections(pg_db) == []
 
 

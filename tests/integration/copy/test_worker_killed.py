@@ -75,7 +75,7 @@ def test_a_copy_whose_worker_was_killed_is_copied_again_in_the_same_process(
 ) -> None:
     d = copy_deployment
     create_tables(d.url, {TABLES[0]: 20 * ROWS, TABLES[1]: ROWS})
-    d.proc.start()
+    d.proc.start({"STREAMBED_COPY_LOCAL_BYTES": "0"})  # both copied by Spark's workers
     assert d.proc.proc is not None
     wait_until(lambda: _reading(d.url, "crashy_big"), 240, "a copy task reading", d.proc)
     workers = _python_workers(d.proc.proc.pid)

@@ -143,6 +143,7 @@ def test_streaming_goes_on_after_spark_is_killed(
 
 def test_a_copy_is_made_again_after_spark_is_killed(local_deployment: Deployment) -> None:
     d = local_deployment
+    d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = "0"  # `big` is copied by Spark's tasks
     tables = small_and_big(d, 1_000_000)
     jvm = spark_running(d.proc)
     copying = "copy started table=public.big"

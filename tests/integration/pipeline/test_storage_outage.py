@@ -130,6 +130,7 @@ def test_a_table_copy_and_the_stream_wait_out_a_storage_outage(
     """The store goes away while one table is being copied again (`streambed resync`) and
     another streams: the copy is made again and the flushes retried, in the same process."""
     d, proxy = proxied
+    d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = "0"  # `big` is copied by Spark's tasks
     tables = small_and_big(d, 1_000_000)
     resync(d, "public.big")
     copying = "copy started table=public.big"
