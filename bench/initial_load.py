@@ -1,7 +1,8 @@
-"""Initial copy throughput: streambed's Spark copy vs raw COPY and DuckDB's postgres_scanner.
+"""Initial copy throughput: streambed's copy vs raw COPY and DuckDB's postgres_scanner.
 
     .venv/bin/python bench/initial_load.py [--scales 10,100] [--spark local[2]] [--repeat 3]
                                            [--reader duckdb|csv] [--table pgbench|app]
+                                           [--local-bytes N]
 
 For each pgbench scale (10 → 1M accounts, 100 → 10M) it creates `pgbench_accounts` in a
 throwaway Postgres (`pgbench -i`), then times, on the same machine:
@@ -10,10 +11,12 @@ throwaway Postgres (`pgbench -i`), then times, on the same machine:
    the limit any client can reach;
 2. duckdb: DuckDB 1.5.5's postgres extension (wheel `duckdb-extension-postgres`, loaded
    offline) writing the table to one Parquet file;
-3. streambed: the initial copy of one table (temporary-slot snapshot, ctid ranges on a
-   warm Spark session, each task reading its range with `--reader`, the default
-   `STREAMBED_COPY_READER=duckdb` or `csv`, and writing its Parquet with field ids; one
-   Iceberg commit).
+3. streambed: the initial copy of one table (temporary-slot snapshot, ctid ranges each
+   read with `--reader`, the default `STREAMBED_COPY_READER=duckdb` or `csv`, and written
+   as Parquet with field ids; one Iceberg commit). A table of at most `--local-bytes`
+   (default: `STREAMBED_COPY_LOCAL_BYTES`'s, 256 MiB) is copied by threads of streambed's
+   process, a larger one on a warm Spark session, as `streambed run` copies them; the
+   line printed says which. `--local-bytes 0` measures the Spark path at every scale.
 
 `--table app` copies instead a table shaped like an application's (`app_orders`, 100,000
 rows per scale unit: bigint key, uuid, timestamptz, text, unconstrained numeric,
@@ -25,9 +28,10 @@ copier's (psql; DuckDB's process; streambed's driver, JVM and Python workers) an
 source's (the postmaster and its backends, from /proc). On one machine both share the
 cores, so a path's wall time is bounded below by the sum over both halves of the cores.
 
-Before each measured copy, Spark is warmed by copying a small table of at least as many
-ctid ranges as Spark has cores, so every Python worker has started (Spark stops workers
-idle for a minute); that copy's time is printed too (what a first copy pays). Each scale
+Before each measured copy, its path is warmed by copying a small table the same way
+(on Spark, in at least as many ctid ranges as Spark has cores, so every Python worker has
+started: Spark stops workers idle for a minute); that copy's time is printed too (what a
+first copy pays). Each scale
 runs `--repeat` rounds (3), the three copies interleaved so they see the same load; the
 best of each is printed (the machine it was written for is shared and noisy), then each
 path's median, and whether the targets are met by the best rounds and by the medians.
@@ -58,7 +62,8 @@ from bench.cpu import postmaster_pid, tree_cpu
 from streambed.config import Settings
 from streambed.copy.catalog import table_info
 from streambed.copy.client import find_psql
-from streambed.copy.job import copy_table, lake_table
+from streambed.copy.here import range_threads
+from streambed.copy.job import copies_here, copy_table, lake_table
 from streambed.copy.snapshot import SnapshotAnchor
 from streambed.lake.catalog import open_catalog
 from streambed.merge.spark_session import get_spark, stop_spark
@@ -186,7 +191,12 @@ def app_orders(url: str, scale: int) -> int:
 
 
 def _copy(
-    spark: SparkSession, catalog: Catalog, url: str, table: str, reader: str = "duckdb"
+    spark: SparkSession,
+    catalog: Catalog,
+    url: str,
+    table: str,
+    reader: str = "duckdb",
+    local_bytes: int = 0,
 ) -> tuple[float, int]:
     """streambed's copy of one table under a fresh snapshot: (seconds, rows). The snapshot's
     temporary slot is made and dropped outside the seconds, but inside a measured CPU.
@@ -211,6 +221,7 @@ def _copy(
             run_id=uuid.uuid4().hex[:12],
             fs_options={},
             reader=reader,
+            local_bytes=local_bytes,
         )
         return time.monotonic() - started, result.rows
     finally:
@@ -232,6 +243,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best is reported")
     parser.add_argument("--reader", choices=["duckdb", "csv"], default="duckdb")
     parser.add_argument("--table", choices=["pgbench", "app"], default="pgbench")
+    parser.add_argument(
+        "--local-bytes",
+        type=int,
+        help="tables of at most this size are copied in streambed's process (0: all on "
+        "Spark; default: STREAMBED_COPY_LOCAL_BYTES's)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     pgbench = str(Path(find_psql() or "/usr/lib/postgresql/15/bin/psql").parent / "pgbench")
@@ -243,6 +260,7 @@ def main() -> None:
         env = {**os.environ, "PGPASSWORD": pg.password}
         settings = Settings.from_env({"STREAMBED_SOURCE_URL": url, "STREAMBED_DATA_DIR": tmp})
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        local_bytes = settings.copy_local_bytes if args.local_bytes is None else args.local_bytes
         catalog = open_catalog(settings)
         spark = get_spark(args.spark)
         with pg.connect() as conn:
@@ -264,7 +282,7 @@ def main() -> None:
         table = "app_orders" if args.table == "app" else "pgbench_accounts"
 
         def ours_copy() -> float:
-            seconds, count = _copy(spark, catalog, url, table, args.reader)
+            seconds, count = _copy(spark, catalog, url, table, args.reader, local_bytes)
             counts.append(count)
             return seconds
 
@@ -273,6 +291,10 @@ def main() -> None:
                 rows = app_orders(url, scale)
             else:
                 rows = pgbench_accounts(pgbench, url, env, scale)
+            with psycopg.connect(url) as conn:
+                here = copies_here(table_info(conn, "public", table), local_bytes)
+            where = f"{range_threads()} threads of this process" if here else "Spark"
+            print(f"{rows:>11,} rows: streambed copies them on {where}", flush=True)
             raw, duck, ours = Run(), Run(), Run()
             postmaster = postmaster_pid(pg.data_dir)
             for _ in range(args.repeat):  # interleaved: each round sees the same load
@@ -286,6 +308,8 @@ def main() -> None:
                     )
                 # Warmed each round: Spark stops Python workers idle for a minute.
                 warm_seconds, _ = _copy(spark, catalog, url, "bench_warmup", args.reader)
+                if local_bytes:  # the threads and connections of copies in this process
+                    _copy(spark, catalog, url, "bench_warmup", args.reader, local_bytes)
                 _measured(ours, postmaster, lambda: tree_cpu(os.getpid()), ours_copy)
                 assert counts[-1] == rows, (counts[-1], rows)
                 print(
