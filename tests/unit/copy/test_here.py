@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -63,22 +63,28 @@ def test_ranges_tile_the_table(blocks: int, toast_bytes: int, threads: int) -> N
         assert info.stored_bytes // len(ranges) >= RANGE_MIN_BYTES
 
 
-def _reader(fail: set[int], started: dict[int, threading.Event]) -> tuple[object, dict[int, str]]:
-    """A stand-in for `task.copy_range` and how each range ended. Every range first waits
-    until all have started. Then the ranges in `fail` raise; the others yield a file when
-    none fails, or else wait for `stop` and raise `RangeStopped`, as the real reader does
-    at its next batch."""
+Body = Callable[[int, threading.Event], Iterator[Written]]
+"""A stand-in range reader: (range index, the copy's stop) → the range's files."""
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, body: Body) -> None:
+    """Read every range with `body` instead of `task.copy_range`."""
+
+    def copy_range(*range_: object, stop: threading.Event | None = None) -> Iterator[Written]:
+        index = range_[1]  # (options, index, first block, end block)
+        assert isinstance(index, int) and stop is not None
+        return body(index, stop)
+
+    monkeypatch.setattr(here, "copy_range", copy_range)
+
+
+def _waiting(fail: set[int], started: dict[int, threading.Event]) -> tuple[Body, dict[int, str]]:
+    """A reader and how each range ended. Every range first waits until all have started.
+    Then the ranges in `fail` raise; the others yield a file when none fails, or else wait
+    for `stop` and raise `RangeStopped`, as the real reader does at its next batch."""
     ended: dict[int, str] = {}
 
-    def copy_range(
-        options: Mapping[str, str],
-        index: int,
-        start: int,
-        end: int | None,
-        *,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Written]:
-        assert stop is not None
+    def body(index: int, stop: threading.Event) -> Iterator[Written]:
         started[index].set()
         for event in started.values():
             assert event.wait(10)
@@ -93,7 +99,7 @@ def _reader(fail: set[int], started: dict[int, threading.Event]) -> tuple[object
         ended[index] = "stopped"
         raise RangeStopped("another range of the table failed")
 
-    return copy_range, ended
+    return body, ended
 
 
 RANGES = [BlockRange(0, 10), BlockRange(10, None)]
@@ -111,8 +117,8 @@ def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_every_range_writes_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
     started = {i: threading.Event() for i in range(len(RANGES))}
-    reader, ended = _reader(set(), started)
-    monkeypatch.setattr(here, "copy_range", reader)
+    body, ended = _waiting(set(), started)
+    _use(monkeypatch, body)
     written = copy_here({}, RANGES)
     assert [w[0] for w in written] == ["file-0", "file-1"]
     assert ended == {0: "done", 1: "done"}
@@ -123,8 +129,8 @@ def test_a_failed_range_stops_the_others_and_its_error_is_raised_after_they_end(
     monkeypatch: pytest.MonkeyPatch, failing: int
 ) -> None:
     started = {i: threading.Event() for i in range(len(RANGES))}
-    reader, ended = _reader({failing}, started)
-    monkeypatch.setattr(here, "copy_range", reader)
+    body, ended = _waiting({failing}, started)
+    _use(monkeypatch, body)
     with pytest.raises(ValueError, match=f"range {failing} failed"):
         copy_here({}, RANGES)
     assert ended == {failing: "failed", 1 - failing: "stopped"}  # both ended before the raise
@@ -136,14 +142,7 @@ def test_a_finished_range_s_files_are_deleted_when_another_fails(
     written = tmp_path / "range-0.parquet"
     first_done = threading.Event()
 
-    def copy_range(
-        options: Mapping[str, str],
-        index: int,
-        start: int,
-        end: int | None,
-        *,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Written]:
+    def body(index: int, stop: threading.Event) -> Iterator[Written]:
         if index == 0:
             written.write_bytes(b"rows")
             first_done.set()
@@ -152,7 +151,7 @@ def test_a_finished_range_s_files_are_deleted_when_another_fails(
         assert first_done.wait(10)
         raise ValueError("range 1 failed")
 
-    monkeypatch.setattr(here, "copy_range", copy_range)
+    _use(monkeypatch, body)
     with pytest.raises(ValueError, match="range 1 failed"):
         copy_here({}, RANGES)
     assert not written.exists()
@@ -163,14 +162,7 @@ def test_ranges_not_started_when_one_fails_never_start(monkeypatch: pytest.Monke
     ran: list[int] = []
     lock = threading.Lock()
 
-    def copy_range(
-        options: Mapping[str, str],
-        index: int,
-        start: int,
-        end: int | None,
-        *,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Written]:
+    def body(index: int, stop: threading.Event) -> Iterator[Written]:
         with lock:
             ran.append(index)
         time.sleep(0.05)  # reading, then failing
@@ -178,7 +170,7 @@ def test_ranges_not_started_when_one_fails_never_start(monkeypatch: pytest.Monke
             raise ValueError(f"range {index} failed")
         yield ("never", 0, 0, 0.0, 0.0, None)  # a generator, as the real reader is
 
-    monkeypatch.setattr(here, "copy_range", copy_range)
+    _use(monkeypatch, body)
     ranges = [BlockRange(i, i + 1) for i in range(40)] + [BlockRange(40, None)]
     with pytest.raises(ValueError, match="failed"):
         copy_here({}, ranges)
