@@ -152,7 +152,8 @@ class Settings:
         "STREAMBED_COPY_LOCAL_BYTES",
         "Tables of at most this many bytes (heap and TOAST, when their copy starts) are copied "
         "by streambed's own process, their ranges read side by side by up to four threads "
-        "(one a core), without Spark: on one machine that is as fast or faster, and a first "
+        "(one a core, and no more than a local[N] STREAMBED_SPARK_MASTER's N), without "
+        "Spark: on one machine that is as fast or faster, and a first "
         "start of only such tables need not wait for Spark. Larger tables are copied on "
         "Spark, which spreads them over every core of the machine or cluster. 0 copies every "
         "table on Spark.",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,18 +38,39 @@ RANGE_MIN_BYTES: Final = 2 * 1024 * 1024
 """A table is split into a range per this much heap and TOAST at most: below it a second
 range's connection, snapshot import and file cost more than they save."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
-def range_threads() -> int:
-    """The threads that read ranges here: the cores this process may run on, at most
-    `RANGE_THREADS_MAX`."""
+LOCAL_MASTER: Final = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")
+"""Spark's `local`, `local[N]`, `local[*]` and `local[N,F]` masters."""
+
+
+def cores() -> int:
+    """The cores this process may run on."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(RANGE_THREADS_MAX, cores))
+        return os.cpu_count() or 1
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a local Spark master runs tasks on (`local`: one); None for a cluster's."""
+    found = LOCAL_MASTER.fullmatch(master)
+    if found is None:
+        return None
+    count = found.group(1)
+    if count is None:
+        return 1
+    return cores() if count == "*" else max(1, int(count))
+
+
+def range_threads(master: str = "local[*]") -> int:
+    """The threads that read ranges here: the cores this process may run on, no more than
+    a `local[N]` Spark master is given (`STREAMBED_SPARK_MASTER`: a user who keeps Spark to
+    N cores keeps the copies here to N too), at most `RANGE_THREADS_MAX`."""
+    budget = local_cores(master)
+    return max(1, min(RANGE_THREADS_MAX, cores(), budget or RANGE_THREADS_MAX))
 
 
 def here_ranges(info: TableInfo, threads: int) -> list[BlockRange]:
@@ -58,21 +80,25 @@ def here_ranges(info: TableInfo, threads: int) -> list[BlockRange]:
     return block_ranges(info.blocks, slots=count)
 
 
-def _range_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(range_threads(), thread_name_prefix="streambed-range")
-        return _pool
+def _range_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of `threads` threads (one size in a process: its master's)."""
+    with _pools_lock:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = ThreadPoolExecutor(threads, thread_name_prefix="streambed-range")
+            _pools[threads] = pool
+        return pool
 
 
-def copy_here(options: Mapping[str, str], ranges: Sequence[BlockRange]) -> list[Written]:
+def copy_here(
+    options: Mapping[str, str], ranges: Sequence[BlockRange], threads: int
+) -> list[Written]:
     """Copy `ranges` (range i is the copy's i-th, as a Spark task numbers its files) on this
-    module's threads; every written file. Raises the first range's error (not a range's
-    stop) once every range has ended, after deleting the files of the ranges that finished
-    (best effort: the caller removes what is left of the run's files)."""
+    module's `threads` threads; every written file. Raises the first range's error (not a
+    range's stop) once every range has ended, after deleting the files of the ranges that
+    finished (best effort: the caller removes what is left of the run's files)."""
     stop = threading.Event()
-    pool = _range_pool()
+    pool = _range_pool(threads)
     futures: list[Future[list[Written]]] = [
         pool.submit(_copy_range, options, i, r, stop) for i, r in enumerate(ranges)
     ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import time
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from streambed.copy.catalog import TableInfo
-from streambed.copy.here import copy_here, here_ranges, range_threads
+from streambed.copy.here import copy_here, here_ranges, local_cores, range_threads
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import BlockRange, block_ranges
 from streambed.copy.snapshot import (
@@ -122,15 +121,16 @@ def copy_table(
     reader: str | None = None,
     duckdb_memory_limit: str | None = None,
     local_bytes: int = 0,
+    local_threads: int | None = None,
 ) -> CopyResult:
     """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`.
 
     A table whose heap is empty now was empty in the snapshot too (the snapshot keeps
     VACUUM from removing rows it can see), so it is committed without starting Spark. A
     table of at most `local_bytes` (`copies_here`) is copied in this process, its ranges
-    read side by side by threads the way Spark tasks read them (`spark` may then be None):
-    on one machine that is as fast or faster, without the Spark job's own cost
-    (docs/initial-copy.md).
+    read side by side by `local_threads` threads (None: `here.range_threads()`) the way
+    Spark tasks read them (`spark` may then be None): on one machine that is as fast or
+    faster, without the Spark job's own cost (docs/initial-copy.md).
     """
     started = time.monotonic()
     here = copies_here(info, local_bytes)
@@ -142,8 +142,9 @@ def copy_table(
     if (reader or "duckdb") == "duckdb":
         _check_duckdb_reader()
     out = output_dir(table, run_id)
+    threads = local_threads or range_threads()
     if here:
-        ranges = here_ranges(info, range_threads())
+        ranges = here_ranges(info, threads)
     else:
         assert spark is not None
         ranges = block_ranges(info.blocks, slots=task_slots(spark))
@@ -180,7 +181,7 @@ def copy_table(
     if duckdb_memory_limit is not None:
         options["duckdb_memory_limit"] = duckdb_memory_limit  # tests: `duck.MEMORY_LIMIT`
     if here:
-        written = _copy_here(info, options, ranges)
+        written = _copy_here(info, options, ranges, threads)
     else:
         assert spark is not None
         written = _copy_on_spark(spark, info, options, ranges)
@@ -217,12 +218,12 @@ def _job_group(run_id: str) -> str:
 
 
 def _copy_here(
-    info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange]
+    info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange], threads: int
 ) -> list[Written]:
-    """The table's ranges read and written by this process's threads, as Spark tasks
-    would."""
+    """The table's ranges read and written by `threads` threads of this process, as Spark
+    tasks would."""
     try:
-        return copy_here(options, ranges)
+        return copy_here(options, ranges, threads)
     except Exception as e:
         raise _failure(info.qualified, e, where="in streambed's process") from None
 
@@ -314,14 +315,10 @@ def task_slots(spark: SparkSession) -> int:
     (a cluster's total executor cores). A copy's ranges are a multiple of it, so no wave
     of tasks leaves cores idle, and no more: each task costs a psql start, a connection,
     a snapshot import and a scheduling gap."""
-    master = spark.sparkContext.master or ""
-    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    found = local_cores(spark.sparkContext.master or "")
     if found is None:
         return max(1, spark.sparkContext.defaultParallelism)
-    cores = found.group(1)
-    if cores is None:
-        return 1
-    return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
+    return found
 
 
 def committed(table: Table, run_id: str) -> bool:

@@ -70,6 +70,7 @@ from streambed.changes import TableKey
 from streambed.config import Settings
 from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.duck import detach_all
+from streambed.copy.here import range_threads
 from streambed.copy.job import (
     copies_here,
     copy_table,
@@ -614,6 +615,7 @@ class CopyManager:
                 fs_options=self.fs_options,
                 reader=self.settings.copy_reader,
                 local_bytes=local,
+                local_threads=range_threads(self.settings.spark_master),
             )
         except Exception as e:
             error = copy_error(e)

@@ -97,7 +97,7 @@ def test_a_small_table_is_copied_without_spark_in_one_file(
 def two_range_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Two range threads of their own, whatever the machine's cores."""
     pool = ThreadPoolExecutor(2, thread_name_prefix="test-range")
-    monkeypatch.setattr(here, "_pool", pool)
+    monkeypatch.setattr(here, "_range_pool", lambda threads: pool)
     monkeypatch.setattr(job, "range_threads", lambda: 2)
     yield
     detach_all()

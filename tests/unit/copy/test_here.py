@@ -110,7 +110,7 @@ def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Two range threads whatever the machine's cores (the ranges above wait for each
     other)."""
     pool = ThreadPoolExecutor(2)
-    monkeypatch.setattr(here, "_pool", pool)
+    monkeypatch.setattr(here, "_range_pool", lambda threads: pool)
     yield
     pool.shutdown()
 
@@ -119,7 +119,7 @@ def test_every_range_writes_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
     started = {i: threading.Event() for i in range(len(RANGES))}
     body, ended = _waiting(set(), started)
     _use(monkeypatch, body)
-    written = copy_here({}, RANGES)
+    written = copy_here({}, RANGES, 2)
     assert [w[0] for w in written] == ["file-0", "file-1"]
     assert ended == {0: "done", 1: "done"}
 
@@ -132,7 +132,7 @@ def test_a_failed_range_stops_the_others_and_its_error_is_raised_after_they_end(
     body, ended = _waiting({failing}, started)
     _use(monkeypatch, body)
     with pytest.raises(ValueError, match=f"range {failing} failed"):
-        copy_here({}, RANGES)
+        copy_here({}, RANGES, 2)
     assert ended == {failing: "failed", 1 - failing: "stopped"}  # both ended before the raise
 
 
@@ -153,7 +153,7 @@ def test_a_finished_range_s_files_are_deleted_when_another_fails(
 
     _use(monkeypatch, body)
     with pytest.raises(ValueError, match="range 1 failed"):
-        copy_here({}, RANGES)
+        copy_here({}, RANGES, 2)
     assert not written.exists()
 
 
@@ -173,5 +173,5 @@ def test_ranges_not_started_when_one_fails_never_start(monkeypatch: pytest.Monke
     _use(monkeypatch, body)
     ranges = [BlockRange(i, i + 1) for i in range(40)] + [BlockRange(40, None)]
     with pytest.raises(ValueError, match="failed"):
-        copy_here({}, ranges)
+        copy_here({}, ranges, 2)
     assert len(ran) <= 6, ran  # the first wave and what started before the copy saw it
