@@ -148,6 +148,21 @@ def test_pad_distinct_holds_the_values_pad_makes(values: list[str | None]) -> No
     assert len(padded.dictionary) == len(set(values) - {None})
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.none() | st.just(""), max_size=30), st.sampled_from(["", "x", None]))
+def test_pad_distinct_of_blank_values_pads_one_value(
+    values: list[str | None], before: str | None
+) -> None:
+    # A slice whose offsets do not start at 0 when the value before it is "x".
+    array = pa.array([before, *values, "y"], pa.string()).slice(1, len(values))
+    padded = pad_distinct(array, 6)
+    padded.validate(full=True)
+    assert padded.dictionary_decode().equals(pad(array, 6))
+    if any(v is not None for v in values):
+        assert padded.dictionary.to_pylist() == [" " * 6]
+        assert padded.null_count == values.count(None)
+
+
 def test_few_distinct_means_at_most_a_quarter() -> None:
     assert few_distinct(pa.array(["a", "b"] * 4))
     assert not few_distinct(pa.array(["a", "b", "c"] + ["a"] * 8))
