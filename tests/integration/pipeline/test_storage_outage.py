@@ -124,18 +124,30 @@ def confirmed_at_most(url: str, lsn: str) -> bool:
     return bool(row[0])
 
 
+@pytest.mark.parametrize(
+    ("local_bytes", "rows"),
+    [
+        ("0", 1_000_000),  # `big` (65 MiB) is copied by Spark's tasks
+        # `big` (195 MiB) is copied by threads of streambed's process, in two ranges; three
+        # times the rows so that its copy lasts seconds, as Spark's does, and the cut lands
+        # while the ranges read and write
+        (None, 3_000_000),
+    ],
+    ids=["spark", "here"],
+)
 def test_a_table_copy_and_the_stream_wait_out_a_storage_outage(
-    proxied: tuple[Deployment, TcpProxy],
+    proxied: tuple[Deployment, TcpProxy], local_bytes: str | None, rows: int
 ) -> None:
     """The store goes away while one table is being copied again (`streambed resync`) and
     another streams: the copy is made again and the flushes retried, in the same process."""
     d, proxy = proxied
-    d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = "0"  # `big` is copied by Spark's tasks
-    tables = small_and_big(d, 1_000_000)
+    if local_bytes is not None:
+        d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = local_bytes
+    tables = small_and_big(d, rows)
     resync(d, "public.big")
     copying = "copy started table=public.big"
     wait_until(lambda: d.proc.logs().count(copying) == 2, 60, "the copy again", d.proc)
-    proxy.cut()  # the copy's tasks are reading and writing now
+    proxy.cut()  # the copy's ranges are reading and writing now
     execute(
         d.url,
         "UPDATE small SET v = 'v2' WHERE id % 2 = 0",
