@@ -115,6 +115,7 @@ class Copier(Protocol):
     def relation(self, rel: m.Relation, key: TableKey) -> None: ...
     def due(self, now: float) -> bool: ...
     def step(self) -> bool: ...
+    def stopping(self) -> None: ...
 
 
 BLOCKED = (1 << 64) - 1  # the frontier of a table being copied: all its changes are dropped
@@ -154,8 +155,11 @@ class Pipeline:
     # ---- control --------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask the loop to flush what is committed and return (safe from signal handlers)."""
+        """Ask the loop to flush what is committed and return, and the copies to stop (safe
+        from signal handlers)."""
         self._stop = True
+        if self.copier is not None:
+            self.copier.stopping()
 
     def install_signal_handlers(self) -> None:
         def handler(signum: int, frame: FrameType | None) -> None:

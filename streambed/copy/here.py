@@ -10,6 +10,8 @@ connection, from one range to the next (`duck._attach`).
 A range that fails stops its table's other ranges at their next batch (`RangeStopped`)
 and the files of those that finished are deleted; the copy raises once every range has
 ended, so no thread writes a file after the caller starts removing the failed copy's files.
+The caller's `closing` event (set when streambed stops) stops every range the same way,
+so a stop does not wait for a table's copy to finish.
 """
 
 from __future__ import annotations
@@ -90,21 +92,37 @@ def _range_pool(threads: int) -> ThreadPoolExecutor:
         return pool
 
 
+class _Either:
+    """Set when any of its events is: a table's own stop, or the caller's `closing`."""
+
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
 def copy_here(
-    options: Mapping[str, str], ranges: Sequence[BlockRange], threads: int
+    options: Mapping[str, str],
+    ranges: Sequence[BlockRange],
+    threads: int,
+    *,
+    closing: threading.Event | None = None,
 ) -> list[Written]:
     """Copy `ranges` (range i is the copy's i-th, as a Spark task numbers its files) on this
     module's `threads` threads; every written file. Raises the first range's error (not a
     range's stop) once every range has ended, after deleting the files of the ranges that
-    finished (best effort: the caller removes what is left of the run's files)."""
-    stop = threading.Event()
+    finished (best effort: the caller removes what is left of the run's files). Once
+    `closing` is set, each range stops at its next batch and `RangeStopped` is raised."""
+    own = threading.Event()
+    stop = _Either(own) if closing is None else _Either(own, closing)
     pool = _range_pool(threads)
     futures: list[Future[list[Written]]] = [
         pool.submit(_copy_range, options, i, r, stop) for i, r in enumerate(ranges)
     ]
     concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
     if any(f.done() and f.exception() is not None for f in futures):
-        stop.set()
+        own.set()
         for f in futures:
             f.cancel()  # not started yet: never starts
     concurrent.futures.wait(futures)
@@ -131,8 +149,8 @@ def _delete(paths: list[str], options: Mapping[str, str]) -> None:
 
 
 def _copy_range(
-    options: Mapping[str, str], index: int, block_range: BlockRange, stop: threading.Event
+    options: Mapping[str, str], index: int, block_range: BlockRange, stop: _Either
 ) -> list[Written]:
     if stop.is_set():
-        raise RangeStopped("another range of the table failed")
+        raise RangeStopped("the copy was stopped before this range began")
     return list(copy_range(options, index, block_range.start, block_range.end, stop=stop))

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -122,6 +123,7 @@ def copy_table(
     duckdb_memory_limit: str | None = None,
     local_bytes: int = 0,
     local_threads: int | None = None,
+    closing: threading.Event | None = None,
 ) -> CopyResult:
     """Copy `info`'s rows visible in `snapshot` into `table` and commit at `frontier`.
 
@@ -130,7 +132,8 @@ def copy_table(
     table of at most `local_bytes` (`copies_here`) is copied in this process, its ranges
     read side by side by `local_threads` threads (None: `here.range_threads()`) the way
     Spark tasks read them (`spark` may then be None): on one machine that is as fast or
-    faster, without the Spark job's own cost (docs/initial-copy.md).
+    faster, without the Spark job's own cost (docs/initial-copy.md). Once `closing` is set,
+    such a copy stops at its ranges' next batch and raises (`here.copy_here`).
     """
     started = time.monotonic()
     here = copies_here(info, local_bytes)
@@ -181,7 +184,7 @@ def copy_table(
     if duckdb_memory_limit is not None:
         options["duckdb_memory_limit"] = duckdb_memory_limit  # tests: `duck.MEMORY_LIMIT`
     if here:
-        written = _copy_here(info, options, ranges, threads)
+        written = _copy_here(info, options, ranges, threads, closing)
     else:
         assert spark is not None
         written = _copy_on_spark(spark, info, options, ranges)
@@ -199,7 +202,7 @@ def copy_table(
     location = truncate_commit(table, added=files, lsn=frontier, footers=footers, loaded=True)
     failpoint("after_copy_commit")  # committed; state not updated, leftovers not removed
     if spark is not None and not here:
-        wait_for_tasks(spark, _job_group(run_id))
+        wait_for_tasks(spark, job_group(run_id))
     remove_orphans(out, files, fs_options, table=info.qualified)
     return CopyResult(
         info.qualified,
@@ -213,17 +216,22 @@ def copy_table(
     )
 
 
-def _job_group(run_id: str) -> str:
+def job_group(run_id: str) -> str:
+    """The Spark job group of copy `run_id`'s job."""
     return f"streambed-copy-{run_id}"
 
 
 def _copy_here(
-    info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange], threads: int
+    info: TableInfo,
+    options: Mapping[str, str],
+    ranges: list[BlockRange],
+    threads: int,
+    closing: threading.Event | None,
 ) -> list[Written]:
     """The table's ranges read and written by `threads` threads of this process, as Spark
     tasks would."""
     try:
-        return copy_here(options, ranges, threads)
+        return copy_here(options, ranges, threads, closing=closing)
     except Exception as e:
         raise _failure(info.qualified, e, where="in streambed's process") from None
 
@@ -232,7 +240,7 @@ def _copy_on_spark(
     spark: SparkSession, info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange]
 ) -> list[Written]:
     """The table's ranges copied by a Spark job, one task a range; their files."""
-    group = _job_group(options["run_id"])  # names the job's tasks for `wait_for_tasks`
+    group = job_group(options["run_id"])  # names the job's tasks for `wait_for_tasks`
     context = spark.sparkContext
     previous = context.getLocalProperty(JOB_GROUP)
     context.setJobGroup(group, f"copy of {info.qualified}")

@@ -52,6 +52,7 @@ pipeline's thread only calls `start`, `relation`, `blocked`, `due` and `step`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -75,6 +76,7 @@ from streambed.copy.job import (
     copies_here,
     copy_table,
     discard_uncommitted,
+    job_group,
     lake_table,
     output_dir,
 )
@@ -108,6 +110,10 @@ SNAPSHOT_ATTEMPTS: Final = 3
 
 RETRY_MAX_SECONDS: Final = 60.0
 """The longest wait before copying again a table whose copy found the source unreachable."""
+
+CLOSE_WAIT_SECONDS: Final = 30.0
+"""How long `close` waits for the copies running to stop: a copy here stops at its ranges'
+next batch, a cancelled Spark job once its tasks are killed."""
 
 STORAGE_RETRY_MAX_SECONDS: Final = 600.0
 """The longest wait before copying again a table whose copy failed in Spark or storage: a
@@ -189,6 +195,7 @@ class CopyManager:
         self._storage_failures: dict[Name, int] = {}  # consecutive, per table
         self._copy_again_at: dict[Name, float] = {}  # failed in Spark or storage: when
         self._closing = threading.Event()
+        self._spark_copies: dict[str, SparkSession] = {}  # run id → its Spark, while it runs
 
     # ---- pipeline thread --------------------------------------------------------------
 
@@ -422,11 +429,37 @@ class CopyManager:
             log(logger, "copying again a table whose copy failed", table=f"{name[0]}.{name[1]}")
         return due
 
+    def stopping(self) -> None:
+        """streambed is stopping: copies here stop at their ranges' next batch and no other
+        copy starts (safe from signal handlers: it only sets an event; `close` cancels
+        Spark's jobs and waits)."""
+        if not self._closing.is_set():
+            self._closing.set()
+
     def close(self) -> None:
-        """Stop showing progress. A running copy is not waited for: the process is ending,
-        and the next start finds it interrupted (its files are removed, it runs again)."""
+        """Stop copying, and showing progress. A copy running here stops at its ranges'
+        next batch, a Spark copy's job is cancelled, and no other copy starts; each is
+        left to the next start, which finds it interrupted (its files are removed and it
+        runs again). Waits up to `CLOSE_WAIT_SECONDS` for the copy threads to end, so that
+        none is still reading when the process ends."""
         self._closing.set()
+        with self._lock:
+            running = list(self._spark_copies.items())
+        for run_id, spark in running:
+            with contextlib.suppress(Exception):  # Spark's JVM may be ending too
+                spark.sparkContext.cancelJobGroup(job_group(run_id))
         self._queue.put(None)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CLOSE_WAIT_SECONDS)
+            if thread.is_alive():
+                log(
+                    logger,
+                    "a copy did not stop in time; stopping without it (the next start "
+                    "removes its files and copies the table again)",
+                    logging.WARNING,
+                    waited=f"{CLOSE_WAIT_SECONDS}s",
+                )
         self.progress.close()
 
     # ---- internals -------------------------------------------------------------------
@@ -462,7 +495,7 @@ class CopyManager:
     def _work(self) -> None:
         while True:
             batch = self._queue.get()
-            if batch is None:
+            if batch is None or self._closing.is_set():
                 return
             try:
                 self._copy_batch(batch)
@@ -587,6 +620,8 @@ class CopyManager:
     def _copy_one(self, info: TableInfo, anchor: SnapshotAnchor, again: list[Name]) -> None:
         name = (info.schema, info.name)
         run_id = uuid.uuid4().hex[:12]
+        if self._closing.is_set():  # stays pending: the next start copies it
+            return
         try:
             with self._catalog_lock:  # the embedded catalog does not take concurrent DDL
                 table = lake_table(self.catalog, info)
@@ -604,6 +639,12 @@ class CopyManager:
             # without it, meanwhile a first start's Spark is still starting.
             local = self.settings.copy_local_bytes
             spark = None if info.blocks == 0 or copies_here(info, local) else self._spark()
+            if spark is not None:
+                with self._lock:
+                    self._spark_copies[run_id] = spark  # cancelled by `close`
+                if self._closing.is_set():  # closed while Spark was starting
+                    self._stopped(info, run_id)
+                    return
             result = copy_table(
                 spark,
                 table,
@@ -616,8 +657,12 @@ class CopyManager:
                 reader=self.settings.copy_reader,
                 local_bytes=local,
                 local_threads=range_threads(self.settings.spark_master),
+                closing=self._closing,
             )
         except Exception as e:
+            if self._closing.is_set():
+                self._stopped(info, run_id)
+                return
             error = copy_error(e)
             try:
                 discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
@@ -635,6 +680,9 @@ class CopyManager:
             else:
                 self._fail(name, error)
             return
+        finally:
+            with self._lock:
+                self._spark_copies.pop(run_id, None)
         with self._lock:
             self._snapshots_taken.pop(name, None)
             self._storage_failures.pop(name, None)
@@ -654,6 +702,17 @@ class CopyManager:
         )
         with self._lock:
             self._outcomes.append(Outcome(name, frontier=result.frontier))
+
+    def _stopped(self, info: TableInfo, run_id: str) -> None:
+        """The copy ended because streambed is stopping: its table stays as it is in the
+        state store (copying), and the next start removes its files and copies it again."""
+        with contextlib.suppress(OSError, StreambedError):  # the next start removes them
+            discard_uncommitted(self.catalog, info.schema, info.name, run_id, self.fs_options)
+        log(
+            logger,
+            "copy stopped: streambed is stopping; the next start copies the table again",
+            table=info.qualified,
+        )
 
     def _copy_again(
         self, name: Name, error: SnapshotExpired | CopyInterrupted, retry: list[Name]

@@ -31,11 +31,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
-from typing import overload
+from typing import Protocol, overload
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -76,7 +75,13 @@ SCHEMA_MARK = "a value cannot be stored"  # `copy_failure`'s `what` for a Schema
 
 class RangeStopped(Exception):
     """A range copied in streambed's process stopped because another range of its table
-    failed (`streambed.copy.here`)."""
+    failed, or because streambed is stopping (`streambed.copy.here`)."""
+
+
+class Stop(Protocol):
+    """What a range checks before each batch (a `threading.Event`, or several)."""
+
+    def is_set(self) -> bool: ...
 
 
 Written = tuple[str, int, int, float, float, pq.FileMetaData | None]
@@ -134,7 +139,7 @@ def copy_range(
     start: int,
     end: int | None,
     *,
-    stop: threading.Event | None = None,
+    stop: Stop | None = None,
 ) -> Iterator[Written]:
     """Copy range `index`, heap blocks `[start, end)` (`end` None: to the table's end), as
     the copy's `options` describe; yields each written file. Once `stop` is set, the next
@@ -182,7 +187,7 @@ def copy_range(
             try:
                 for raw in batches:
                     if stop is not None and stop.is_set():
-                        raise RangeStopped(f"{qualified}: another range of the table failed")
+                        raise RangeStopped(f"{qualified}: the copy was stopped")
                     output.write(raw_to_table(raw, columns, schema, qualified, parsed))
             finally:
                 # Ends the reader's query now, on this thread (an error's traceback would

@@ -20,7 +20,7 @@ from streambed.copy import here
 from streambed.copy.catalog import TableInfo
 from streambed.copy.here import RANGE_MIN_BYTES, copy_here, here_ranges
 from streambed.copy.ranges import BLOCKS_PER_PARTITION, BlockRange
-from streambed.copy.task import RangeStopped, Written
+from streambed.copy.task import RangeStopped, Stop, Written
 from streambed.pgoutput.messages import Relation, RelationColumn
 
 MIB = 1024 * 1024
@@ -63,14 +63,14 @@ def test_ranges_tile_the_table(blocks: int, toast_bytes: int, threads: int) -> N
         assert info.stored_bytes // len(ranges) >= RANGE_MIN_BYTES
 
 
-Body = Callable[[int, threading.Event], Iterator[Written]]
+Body = Callable[[int, Stop], Iterator[Written]]
 """A stand-in range reader: (range index, the copy's stop) → the range's files."""
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, body: Body) -> None:
     """Read every range with `body` instead of `task.copy_range`."""
 
-    def copy_range(*range_: object, stop: threading.Event | None = None) -> Iterator[Written]:
+    def copy_range(*range_: object, stop: Stop | None = None) -> Iterator[Written]:
         index = range_[1]  # (options, index, first block, end block)
         assert isinstance(index, int) and stop is not None
         return body(index, stop)
@@ -84,7 +84,7 @@ def _waiting(fail: set[int], started: dict[int, threading.Event]) -> tuple[Body,
     for `stop` and raise `RangeStopped`, as the real reader does at its next batch."""
     ended: dict[int, str] = {}
 
-    def body(index: int, stop: threading.Event) -> Iterator[Written]:
+    def body(index: int, stop: Stop) -> Iterator[Written]:
         started[index].set()
         for event in started.values():
             assert event.wait(10)
@@ -95,11 +95,20 @@ def _waiting(fail: set[int], started: dict[int, threading.Event]) -> tuple[Body,
             ended[index] = "done"
             yield (f"file-{index}", 1, 10, 0.0, 1.0, None)
             return
-        assert stop.wait(10), "never stopped"
+        assert _set_within(stop, 10), "never stopped"
         ended[index] = "stopped"
         raise RangeStopped("another range of the table failed")
 
     return body, ended
+
+
+def _set_within(stop: Stop, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 RANGES = [BlockRange(0, 10), BlockRange(10, None)]
@@ -142,7 +151,7 @@ def test_a_finished_range_s_files_are_deleted_when_another_fails(
     written = tmp_path / "range-0.parquet"
     first_done = threading.Event()
 
-    def body(index: int, stop: threading.Event) -> Iterator[Written]:
+    def body(index: int, stop: Stop) -> Iterator[Written]:
         if index == 0:
             written.write_bytes(b"rows")
             first_done.set()
@@ -162,7 +171,7 @@ def test_ranges_not_started_when_one_fails_never_start(monkeypatch: pytest.Monke
     ran: list[int] = []
     lock = threading.Lock()
 
-    def body(index: int, stop: threading.Event) -> Iterator[Written]:
+    def body(index: int, stop: Stop) -> Iterator[Written]:
         with lock:
             ran.append(index)
         time.sleep(0.05)  # reading, then failing
@@ -175,3 +184,32 @@ def test_ranges_not_started_when_one_fails_never_start(monkeypatch: pytest.Monke
     with pytest.raises(ValueError, match="failed"):
         copy_here({}, ranges, 2)
     assert len(ran) <= 6, ran  # the first wave and what started before the copy saw it
+
+
+def test_closing_stops_every_range_and_queued_ranges_never_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """streambed stopping (the caller's `closing`): the running ranges stop at their next
+    batch, the queued ones never start, and the copy raises `RangeStopped`."""
+    closing = threading.Event()
+    ran: list[int] = []
+    stopped: list[int] = []
+    lock = threading.Lock()
+
+    def body(index: int, stop: Stop) -> Iterator[Written]:
+        with lock:
+            ran.append(index)
+            if len(ran) == 2:
+                closing.set()  # both threads are reading
+        assert _set_within(stop, 10), "never stopped"
+        with lock:
+            stopped.append(index)
+        if stop.is_set():  # as the real reader does at its next batch
+            raise RangeStopped("stopped")
+        yield ("never", 0, 0, 0.0, 0.0, None)  # a generator, as the real reader is
+
+    _use(monkeypatch, body)
+    ranges = [BlockRange(i, i + 1) for i in range(10)] + [BlockRange(10, None)]
+    with pytest.raises(RangeStopped):
+        copy_here({}, ranges, 2, closing=closing)
+    assert sorted(ran) == sorted(stopped) == [0, 1]

@@ -131,6 +131,9 @@ class FakeCopier:
     def step(self) -> bool:
         return False
 
+    def stopping(self) -> None:
+        pass
+
 
 def test_copier_polls_do_not_force_flushes_while_catching_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
