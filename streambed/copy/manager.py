@@ -442,7 +442,7 @@ class CopyManager:
         left to the next start, which finds it interrupted (its files are removed and it
         runs again). Waits up to `CLOSE_WAIT_SECONDS` for the copy threads to end, so that
         none is still reading when the process ends."""
-        self._closing.set()
+        self.stopping()
         with self._lock:
             running = list(self._spark_copies.items())
         for run_id, spark in running:
