@@ -9,7 +9,9 @@ Some points do something instead of killing the process (`reached` tells the cod
 leaves it, `expire_copy_snapshot` ends the transaction that holds a copy's snapshot before
 its tasks import it, `kill_start_snapshot` terminates the session holding the first
 start's snapshot before its copy begins, `copy_taken_storage_error` makes the loop fail to
-load the lake tables of finished copies (a storage error) when it takes them. They fire on
+load the lake tables of finished copies (a storage error) when it takes them,
+`slow_copy_job` makes a Spark copy wait 5 s after its last check for a stop and before it
+submits its job. They fire on
 their count, or on each hit of a range (`expire_copy_snapshot:2-4`: the second, third and
 fourth time).
 """
@@ -33,6 +35,7 @@ KNOWN = frozenset(
         "expire_copy_snapshot",
         "kill_start_snapshot",
         "copy_taken_storage_error",
+        "slow_copy_job",
     }
 )
 

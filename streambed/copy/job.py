@@ -47,6 +47,7 @@ from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import Footer, current_data_files
 from streambed.lake.storage import refused_error
 from streambed.lake.tables import arrow_schema, ensure_table
+from streambed.log import log
 from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
 from streambed.replication.connection import classify
 
@@ -62,6 +63,10 @@ TASKS_END_SECONDS = 60.0
 ones) to end before removing what they left."""
 KILLED_WORKER_GRACE_SECONDS = 5.0
 """A killed task's Python worker may run on for `spark.python.task.killTimeout` (2 s)."""
+
+
+class CopyStopped(StreambedError):
+    """A Spark copy's job was not submitted: streambed is stopping."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,8 @@ def copy_table(
     read side by side by `local_threads` threads (None: `here.range_threads()`) the way
     Spark tasks read them (`spark` may then be None): on one machine that is as fast or
     faster, without the Spark job's own cost (docs/initial-copy.md). Once `closing` is set,
-    such a copy stops at its ranges' next batch and raises (`here.copy_here`).
+    such a copy stops at its ranges' next batch and raises (`here.copy_here`); a Spark copy
+    does not submit its job (one already submitted is cancelled by the copy manager).
     """
     started = time.monotonic()
     here = copies_here(info, local_bytes)
@@ -187,7 +193,7 @@ def copy_table(
         written = _copy_here(info, options, ranges, threads, closing)
     else:
         assert spark is not None
-        written = _copy_on_spark(spark, info, options, ranges)
+        written = _copy_on_spark(spark, info, options, ranges, closing)
     # Range order (the names start with the range's index): a table inserted in key order
     # keeps files whose key bounds follow each other.
     written = sorted(written, key=lambda w: w[0])
@@ -237,20 +243,32 @@ def _copy_here(
 
 
 def _copy_on_spark(
-    spark: SparkSession, info: TableInfo, options: Mapping[str, str], ranges: list[BlockRange]
+    spark: SparkSession,
+    info: TableInfo,
+    options: Mapping[str, str],
+    ranges: list[BlockRange],
+    closing: threading.Event | None,
 ) -> list[Written]:
-    """The table's ranges copied by a Spark job, one task a range; their files."""
+    """The table's ranges copied by a Spark job, one task a range; their files. Once
+    `closing` is set the job is not submitted (`CopyStopped`)."""
     group = job_group(options["run_id"])  # names the job's tasks for `wait_for_tasks`
     context = spark.sparkContext
     previous = context.getLocalProperty(JOB_GROUP)
     context.setJobGroup(group, f"copy of {info.qualified}")
     try:
+        if closing is not None and closing.is_set():
+            raise CopyStopped(f"{info.qualified}: streambed is stopping")
+        if reached("slow_copy_job"):  # tests: a stop between this check and the job
+            log(logger, "failpoint slow_copy_job: waiting before the copy's job", seconds=5)
+            time.sleep(5)
         # One partition per range: `parallelize` slices a list of n items into n slices of
         # one. An RDD, not a DataFrame: no query to plan, no Python data source to look up,
         # create and plan in Python workers of their own (docs/initial-copy.md).
         parts = [(i, r.start, r.end) for i, r in enumerate(ranges)]
         rdd = context.parallelize(parts, len(parts)).setName(f"copy of {info.qualified}")
         written: list[Written] = rdd.mapPartitions(partial(copy_partition, options)).collect()
+    except CopyStopped:
+        raise
     except Exception as e:  # Spark wraps worker errors in its own exception types
         wait_for_tasks(spark, group)  # the caller removes the run's files after this
         raise _failure(info.qualified, e) from None

@@ -115,6 +115,9 @@ CLOSE_WAIT_SECONDS: Final = 30.0
 """How long `close` waits for the copies running to stop: a copy here stops at its ranges'
 next batch, a cancelled Spark job once its tasks are killed."""
 
+CANCEL_EVERY_SECONDS: Final = 0.5
+"""While `close` waits, how often it cancels the Spark copies' jobs again."""
+
 STORAGE_RETRY_MAX_SECONDS: Final = 600.0
 """The longest wait before copying again a table whose copy failed in Spark or storage: a
 failure that is not transient then costs one copy every ten minutes, not one a minute."""
@@ -443,15 +446,17 @@ class CopyManager:
         runs again). Waits up to `CLOSE_WAIT_SECONDS` for the copy threads to end, so that
         none is still reading when the process ends."""
         self.stopping()
-        with self._lock:
-            running = list(self._spark_copies.items())
-        for run_id, spark in running:
-            with contextlib.suppress(Exception):  # Spark's JVM may be ending too
-                spark.sparkContext.cancelJobGroup(job_group(run_id))
         self._queue.put(None)
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(CLOSE_WAIT_SECONDS)
+        if thread is None or thread is threading.current_thread():
+            self._cancel_spark_copies()
+        else:
+            # Cancelled again until the thread ends: a job submitted just after a cancel
+            # (its copy had checked for the stop just before) is cancelled by the next.
+            deadline = time.monotonic() + CLOSE_WAIT_SECONDS
+            while thread.is_alive() and time.monotonic() < deadline:
+                self._cancel_spark_copies()
+                thread.join(min(CANCEL_EVERY_SECONDS, max(0.0, deadline - time.monotonic())))
             if thread.is_alive():
                 log(
                     logger,
@@ -463,6 +468,15 @@ class CopyManager:
         self.progress.close()
 
     # ---- internals -------------------------------------------------------------------
+
+    def _cancel_spark_copies(self) -> None:
+        """Cancel the job group of each Spark copy in progress (a group without a running
+        job: nothing happens)."""
+        with self._lock:
+            running = list(self._spark_copies.items())
+        for run_id, spark in running:
+            with contextlib.suppress(Exception):  # Spark's JVM may be ending too
+                spark.sparkContext.cancelJobGroup(job_group(run_id))
 
     def _submit(self, names: tuple[Name, ...], anchor: SnapshotAnchor | None, hold: int) -> None:
         with self._lock:

@@ -56,3 +56,35 @@ def test_a_stop_during_the_copies_ends_them_and_the_next_start_finishes(
     for table in ready:  # what was committed is not copied again
         assert not any(f"table={table} " in line for line in again), (table, again)
     assert d.proc.stop() == 0
+
+
+def test_a_stop_just_before_a_spark_copy_submits_its_job_cancels_that_job(
+    copy_deployment: Deployment,
+) -> None:
+    """The stop lands after the copy's last check for it and before its Spark job is
+    submitted (the failpoint holds it there 5 s): the first cancel finds no job, and the
+    job, submitted after it, is cancelled by the next; the table is not committed."""
+    d = copy_deployment
+    d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = "0"
+    d.proc.env["STREAMBED_FAILPOINTS"] = "slow_copy_job"
+    table = "public.big"
+    execute(
+        d.url,
+        f"CREATE TABLE {table} (id int PRIMARY KEY, pad text)",
+        # About 130 MiB: its job lasts well over `CANCEL_EVERY_SECONDS`.
+        f"INSERT INTO {table} SELECT g, md5(g::text) FROM generate_series(1, 2000000) g",
+    )
+    d.proc.start()
+    wait_until(lambda: "failpoint slow_copy_job" in d.proc.logs(), 120, "the held job", d.proc)
+    code = d.proc.stop()
+    logs = d.proc.logs()
+    assert code == 0, logs[-5000:]
+    assert "copy stopped" in logs, logs[-5000:]
+    assert "copy committed" not in logs, logs[-5000:]
+    assert "did not stop in time" not in logs, logs[-5000:]
+    assert _statuses(d).get(table) != "ready"
+    del d.proc.env["STREAMBED_FAILPOINTS"]
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, [table]), 240, "the table copied", d.proc)
+    wait_lake_equals_source(d.settings, d.url, [table], d.proc)
+    assert d.proc.stop() == 0
