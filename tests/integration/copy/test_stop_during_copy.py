@@ -27,16 +27,8 @@ def test_a_stop_during_the_copies_ends_them_and_the_next_start_finishes(
     if local_bytes is not None:
         d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = local_bytes
     for table in TABLES:
-        execute(
-            d.url,
-            f"CREATE TABLE {table} (id int PRIMARY KEY, pad text)",
-            f"INSERT INTO {table} SELECT g, md5(g::text) FROM generate_series(1, {ROWS}) g",
-        )
-    d.proc.start()
-    wait_until(lambda: "copy committed" in d.proc.logs(), 120, "a first copy", d.proc)
-    code = d.proc.stop()
-    logs = d.proc.logs()
-    assert code == 0, logs[-5000:]
+        _filled(d.url, table, ROWS)
+    logs = _stopped_on(d, "copy committed", "a first copy")
     stopped = logs[logs.index("stopping") :]
     statuses = _statuses(d)
     ready = [t for t in TABLES if statuses.get(t) == "ready"]
@@ -68,17 +60,8 @@ def test_a_stop_just_before_a_spark_copy_submits_its_job_cancels_that_job(
     d.proc.env["STREAMBED_COPY_LOCAL_BYTES"] = "0"
     d.proc.env["STREAMBED_FAILPOINTS"] = "slow_copy_job"
     table = "public.big"
-    execute(
-        d.url,
-        f"CREATE TABLE {table} (id int PRIMARY KEY, pad text)",
-        # About 130 MiB: its job lasts well over `CANCEL_EVERY_SECONDS`.
-        f"INSERT INTO {table} SELECT g, md5(g::text) FROM generate_series(1, 2000000) g",
-    )
-    d.proc.start()
-    wait_until(lambda: "failpoint slow_copy_job" in d.proc.logs(), 120, "the held job", d.proc)
-    code = d.proc.stop()
-    logs = d.proc.logs()
-    assert code == 0, logs[-5000:]
+    _filled(d.url, table, 2_000_000)  # about 130 MiB: its job lasts well over 0.5 s
+    logs = _stopped_on(d, "failpoint slow_copy_job", "the held job")
     assert "copy stopped" in logs, logs[-5000:]
     assert "copy committed" not in logs, logs[-5000:]
     assert "did not stop in time" not in logs, logs[-5000:]
@@ -88,3 +71,22 @@ def test_a_stop_just_before_a_spark_copy_submits_its_job_cancels_that_job(
     wait_until(lambda: _all_ready(d, [table]), 240, "the table copied", d.proc)
     wait_lake_equals_source(d.settings, d.url, [table], d.proc)
     assert d.proc.stop() == 0
+
+
+def _filled(url: str, table: str, rows: int) -> None:
+    execute(
+        url,
+        f"CREATE TABLE {table} (id int PRIMARY KEY, pad text)",
+        f"INSERT INTO {table} SELECT g, md5(g::text) FROM generate_series(1, {rows}) g",
+    )
+
+
+def _stopped_on(d: Deployment, line: str, what: str) -> str:
+    """Start streambed, stop it (SIGTERM) once its log holds `line`; its log, after
+    checking it exited 0."""
+    d.proc.start()
+    wait_until(lambda: line in d.proc.logs(), 120, what, d.proc)
+    code = d.proc.stop()
+    logs = d.proc.logs()
+    assert code == 0, logs[-5000:]
+    return logs
