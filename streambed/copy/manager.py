@@ -655,10 +655,9 @@ class CopyManager:
             spark = None if info.blocks == 0 or copies_here(info, local) else self._spark()
             if spark is not None:
                 with self._lock:
-                    self._spark_copies[run_id] = spark  # cancelled by `close`
-                if self._closing.is_set():  # closed while Spark was starting
-                    self._stopped(info, run_id)
-                    return
+                    # Cancelled by `close`; a copy closed before its job (while Spark was
+                    # starting, say) does not submit it (`job._copy_on_spark`).
+                    self._spark_copies[run_id] = spark
             result = copy_table(
                 spark,
                 table,
