@@ -296,8 +296,8 @@ def sweep(settings: Settings, older_than: float | None, *, dry_run: bool, out: T
 
 
 def status(settings: Settings) -> str:
-    """The tables' states and frontiers (the state store), then the slot as the source
-    sees it (`slot_lines`)."""
+    """The tables' states and frontiers (the state store), the tables it no longer streams,
+    then the slot as the source sees it (`slot_lines`)."""
     state = StateStore(settings.state_path)
     try:
         tables = state.tables()
@@ -308,6 +308,12 @@ def status(settings: Settings) -> str:
         mark = state.latest_watermark()
         if mark is not None:
             lines.append(f"watermark {format_lsn(mark.lsn)} at {mark.committed_at}")
+        forgotten = [f"{schema}.{name}" for schema, name in state.forgotten()]
+        if forgotten:
+            lines.append(
+                "no longer streamed (lake tables kept, not served, still swept): "
+                + ", ".join(forgotten)
+            )
         lines.extend(slot_lines(settings, streamed=any(t.status == "ready" for t in tables)))
         return "\n".join(lines) + "\n"
     finally:

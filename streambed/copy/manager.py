@@ -270,7 +270,8 @@ class CopyManager:
         `STREAMBED_INCLUDE_TABLES` / `STREAMBED_EXCLUDE_TABLES`, or dropped) is forgotten
         before the stream starts: its changes from now on are acknowledged unread, so if it
         is streamed again it must be copied again, as a new table is. Its lake table keeps
-        its files, but the query server stops serving it (its rows would only grow stale)."""
+        its files (`streambed.lake.sweep` still removes those no snapshot references), but
+        the query server stops serving it (its rows would only grow stale)."""
         self.state.forget(table.schema, table.name)
         self.lake.unload((table.schema, table.name))
         log(

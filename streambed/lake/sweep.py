@@ -5,10 +5,13 @@ its commit, a copy task attempt that Spark retried or killed after the copy's ow
 (`streambed.copy.orphans`), the parts of a large transaction that was never committed.
 They cost storage, never correctness: no snapshot names them, so no reader sees them.
 
-For each table in the state store, the sweep lists `<table location>/data/` and deletes
-each file that is (1) referenced by no snapshot in the table's metadata (pyiceberg's
-`inspect.all_files`: the files of every snapshot, so older snapshots stay readable; a
-snapshot expired by another engine no longer protects its files), (2) older than
+For each table in the state store, and each lake table streambed made for a table it has
+since forgotten (no longer streamed, or dropped in the source: the lake table is kept, and
+the state store lists it under `forgotten` until it is streamed again), the sweep lists
+`<table location>/data/` and deletes each file that is (1) referenced by no snapshot in
+the table's metadata (pyiceberg's `inspect.all_files`: the files of every snapshot, so
+older snapshots stay readable; a snapshot expired by another engine no longer protects
+its files), (2) older than
 `older_than` seconds by its modification time, and (3) not under the output directory of
 a copy in progress (the state store's `copies`: a long copy commits its files only at the
 end). The files of the current snapshot of the metadata the state store still serves
@@ -304,7 +307,9 @@ def sweep(
         return []  # nothing replicated here yet
     state = StateStore(settings.state_path)
     try:
-        tables = state.tables()
+        tables = [(t.schema, t.name, t.metadata_location) for t in state.tables()]
+        forgotten = set(state.forgotten()) - {(schema, name) for schema, name, _ in tables}
+        tables += [(schema, name, None) for schema, name in sorted(forgotten)]
         copies: dict[tuple[str, str], list[str]] = {}
         for schema, name, _, output_dir, _ in state.copies():
             copies.setdefault((schema, name), []).append(output_dir)
@@ -314,30 +319,38 @@ def sweep(
         state.close()
     catalog: Catalog = open_catalog(settings)
     results = []
-    for t in tables:
+    for schema, name, metadata_location in tables:
+        qualified = f"{schema}.{name}"
         try:
-            table = catalog.load_table((t.schema, t.name))
+            table = catalog.load_table((schema, name))
         except NoSuchTableError:
+            if (schema, name) in forgotten and not dry_run:
+                _drop_forgotten(settings, schema, name)  # its lake table was dropped
             continue
         except OSError as e:  # its metadata cannot be read: this table is not swept
             reason = f"cannot load the table: {' '.join(str(e).split())}"
-            log(logger, "sweep refused", logging.WARNING, table=t.qualified, error=reason)
-            results.append(TableSweep(t.qualified, [], 0, 0, refused=reason))
+            log(logger, "sweep refused", logging.WARNING, table=qualified, error=reason)
+            results.append(TableSweep(qualified, [], 0, 0, refused=reason))
             continue
         results.append(
             sweep_table(
                 table,
-                t.qualified,
+                qualified,
                 options,
                 before=before,
-                running=copies.get((t.schema, t.name), []),
-                pinned=[
-                    loc for loc in (t.metadata_location, served.get(t.qualified)) if loc is not None
-                ],
+                running=copies.get((schema, name), []),
+                pinned=[loc for loc in (metadata_location, served.get(qualified)) if loc],
                 dry_run=dry_run,
             )
         )
     return results
+
+
+def _drop_forgotten(settings: Settings, schema: str, name: str) -> None:
+    from streambed.state.store import StateStore
+
+    with StateStore(settings.state_path) as state:
+        state.drop_forgotten(schema, name)
 
 
 FIRST_SWEEP_SECONDS = 600.0

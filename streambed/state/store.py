@@ -12,6 +12,9 @@ Tables:
 - `memberships`: the publication rows that put each table in the publication when last
   seen (`streambed.copy.manager`: a table whose rows were all replaced was out of the
   publication in between, and is copied again).
+- `forgotten`: tables `forget` removed (no longer streamed, dropped in the source) and not
+  registered since: their lake tables are kept, and are streambed's, so `streambed sweep`
+  still removes the files no snapshot of them references (`streambed.lake.sweep`).
 
 The Iceberg snapshot summary is the source of truth; `reconcile` lets it win at start.
 """
@@ -117,6 +120,7 @@ class StateStore:
                 "updated_at = excluded.updated_at",
                 [schema, name, relation_id, status, _now()],
             )
+            self._db.execute("DELETE FROM forgotten WHERE schema = ? AND name = ?", [schema, name])
             return self._require(schema, name)
 
     def table(self, schema: str, name: str) -> TableState | None:
@@ -144,12 +148,28 @@ class StateStore:
             self._write_frontier(schema, name, lsn, metadata_location)
 
     def forget(self, schema: str, name: str) -> None:
-        """Remove a table's state, so it is registered and copied again from scratch."""
+        """Remove a table's state, so it is registered and copied again from scratch. It is
+        listed in `forgotten` until it is registered again."""
         with self._lock, self._transaction():
             self._db.execute("DELETE FROM tables WHERE schema = ? AND name = ?", [schema, name])
             self._db.execute(
                 "DELETE FROM memberships WHERE schema = ? AND name = ?", [schema, name]
             )
+            self._db.execute(
+                "INSERT OR REPLACE INTO forgotten (schema, name, forgotten_at) VALUES (?, ?, ?)",
+                [schema, name, _now()],
+            )
+
+    def forgotten(self) -> list[tuple[str, str]]:
+        """(schema, name) of each table forgotten and not registered since."""
+        with self._lock:
+            rows = list(self._db.query("SELECT schema, name FROM forgotten ORDER BY schema, name"))
+        return [(r["schema"], r["name"]) for r in rows]
+
+    def drop_forgotten(self, schema: str, name: str) -> None:
+        """Stop listing a forgotten table (its lake table is gone)."""
+        with self._lock, self._transaction():
+            self._db.execute("DELETE FROM forgotten WHERE schema = ? AND name = ?", [schema, name])
 
     def reconcile(
         self, schema: str, name: str, iceberg_lsn: int | None, metadata_location: str | None
@@ -197,6 +217,7 @@ class StateStore:
                 "metadata_location = NULL, updated_at = excluded.updated_at",
                 [schema, name, relation_id, _now()],
             )
+            self._db.execute("DELETE FROM forgotten WHERE schema = ? AND name = ?", [schema, name])
             self._db.execute(
                 "INSERT OR REPLACE INTO copies (schema, name, run_id, output_dir, seam_lsn, "
                 "started_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -368,6 +389,11 @@ class StateStore:
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS memberships ("
             " schema TEXT NOT NULL, name TEXT NOT NULL, rows TEXT NOT NULL,"
+            " PRIMARY KEY (schema, name))"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS forgotten ("
+            " schema TEXT NOT NULL, name TEXT NOT NULL, forgotten_at TEXT NOT NULL,"
             " PRIMARY KEY (schema, name))"
         )
         self._db.execute(

@@ -1,7 +1,8 @@
 """After a copy commits, its run directory holds exactly the files the commit references: a
 file a failed task attempt left there (planted by the `copy_leftover_file` failpoint, a
 copy of a written file under another attempt's name) is removed, on the local warehouse
-and on S3; and at the restart after a crash between the commit and the cleanup."""
+and on S3; and at the restart after a crash between the commit and the cleanup. A running
+streambed's sweep removes old unreferenced files, in a table it no longer streams too."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.copy.test_initial_copy import ROWS, TABLES, _all_ready, _schema
 from tests.integration.pipeline.conftest import Deployment, deployment
 from tests.integration.pipeline.harness import wait_lake_equals_source, wait_until
+from tests.integration.pipeline.test_slot_lost import _cli
 
 pytestmark = pytest.mark.integration
 
@@ -139,4 +141,45 @@ def test_a_running_streambed_sweeps_old_unreferenced_files(copy_deployment: Depl
     with psycopg.connect(d.url, autocommit=True) as conn:
         conn.execute("UPDATE swept SET v = 'after' WHERE id <= 10")
     wait_lake_equals_source(d.settings, d.url, tables, d.proc, timeout=180)
+    assert d.proc.stop() == 0
+
+
+def test_a_table_no_longer_streamed_keeps_being_swept(copy_deployment: Deployment) -> None:
+    # A merge that died before its commit left a file in the table, and the table was then
+    # left out (STREAMBED_EXCLUDE_TABLES) before any sweep ran: streambed forgets the table
+    # but keeps its lake table, and its running sweep still removes the file.
+    d = copy_deployment
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        for name in ("stays", "leaves"):
+            conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 500) g")
+    tables = ["public.stays", "public.leaves"]
+    d.proc.start()
+    wait_until(lambda: _all_ready(d, tables), 240, "the tables copied", d.proc)
+    assert d.proc.stop() == 0
+    live = _live_files(d.settings, "public.leaves")
+    stray = Path(next(iter(live)).removeprefix("file://")).parent.parent / "old-stray.parquet"
+    stray.write_bytes(b"no snapshot references this")
+    two_hours_ago = time.time() - 7200
+    os.utime(stray, (two_hours_ago, two_hours_ago))
+    d.proc.start(
+        {
+            "STREAMBED_EXCLUDE_TABLES": "public.leaves",
+            "STREAMBED_SWEEP_INTERVAL": str(2 / 3600),
+            "STREAMBED_SWEEP_MIN_AGE": "1",
+        }
+    )
+    wait_until(lambda: not stray.exists(), 60, "the left table's stray file swept", d.proc)
+    logs = d.proc.logs()
+    assert "table no longer streamed" in logs and "public.leaves" in logs
+    status = _cli(d, "status")
+    assert "no longer streamed (lake tables kept, not served, still swept): public.leaves\n" in (
+        status
+    )
+    assert "public.stays" in status
+    assert all(Path(f.removeprefix("file://")).exists() for f in live)
+    assert _live_files(d.settings, "public.leaves") == live
+    with psycopg.connect(d.url, autocommit=True) as conn:
+        conn.execute("UPDATE stays SET v = 'after' WHERE id <= 10")
+    wait_lake_equals_source(d.settings, d.url, ["public.stays"], d.proc, timeout=180)
     assert d.proc.stop() == 0

@@ -235,3 +235,43 @@ def test_a_table_whose_metadata_is_gone_is_reported_and_left_alone(settings: Set
     (result,) = sweep(settings, older_than=0, now=time.time() + HOUR)
     assert result.refused is not None and "cannot load the table" in result.refused
     assert all(_exists(settings, f) for f in orphans)
+
+
+def test_a_table_no_longer_streamed_is_still_swept_until_its_lake_table_is_dropped(
+    settings: Settings,
+) -> None:
+    # A copy died, then the table left the publication before the restart: streambed
+    # forgets it but keeps its lake table, whose stray files the sweep must still remove.
+    _, first, second, orphans, first_id = _lake(settings)
+    with StateStore(settings.state_path) as state:
+        state.forget("public", "orders")
+        assert state.tables() == [] and state.forgotten() == [("public", "orders")]
+    later = time.time() + HOUR
+
+    (dry,) = sweep(settings, older_than=60, now=later, dry_run=True)
+    assert dry.table == "public.orders"
+    assert sorted(dry.removed) == sorted(_path(f) for f in orphans)
+    (result,) = sweep(settings, older_than=60, now=later)
+    assert result.refused is None
+    assert sorted(result.removed) == sorted(_path(f) for f in orphans)
+    assert not any(_exists(settings, f) for f in orphans)
+    assert all(_exists(settings, f) for f in first + second)
+    table = open_catalog(settings).load_table(("public", "orders"))
+    assert _ids(table) == list(range(10, 20)) and _ids(table, first_id) == list(range(0, 10))
+
+    # Streamed again (registered): swept once, as a table of the state store.
+    with StateStore(settings.state_path) as state:
+        state.register("public", "orders", RELATION.relation_id, "pending")
+        assert state.forgotten() == []
+    assert [r.table for r in sweep(settings, older_than=60, now=later)] == ["public.orders"]
+
+    # Forgotten again, and its lake table dropped by the operator: no longer listed.
+    with StateStore(settings.state_path) as state:
+        state.forget("public", "orders")
+    open_catalog(settings).drop_table(("public", "orders"))
+    assert sweep(settings, older_than=60, now=later, dry_run=True) == []
+    with StateStore(settings.state_path) as state:
+        assert state.forgotten() == [("public", "orders")]  # a dry run changes nothing
+    assert sweep(settings, older_than=60, now=later) == []
+    with StateStore(settings.state_path) as state:
+        assert state.forgotten() == []

@@ -108,6 +108,26 @@ def test_forget_allows_a_fresh_copy(store: StateStore) -> None:
     assert t.frontier_lsn == 50
 
 
+def test_a_forgotten_table_is_listed_until_it_is_registered_or_copied_again(
+    tmp_path: Path,
+) -> None:
+    store = StateStore(tmp_path / "state.db")
+    for name in ("t", "u", "v"):
+        store.register("public", name, 16384, "ready")
+        store.forget("public", name)
+    assert store.forgotten() == [("public", "t"), ("public", "u"), ("public", "v")]
+    store.register("public", "t", 16385, "pending")
+    store.begin_copy("public", "u", 16386, "run1", "file:///lake/u/data/copy-run1", 10)
+    assert store.forgotten() == [("public", "v")]
+    store.close()
+    store = StateStore(tmp_path / "state.db")  # kept across restarts
+    assert store.forgotten() == [("public", "v")]
+    store.forget("public", "t")
+    store.drop_forgotten("public", "v")
+    assert store.forgotten() == [("public", "t")]
+    store.close()
+
+
 def test_memberships_are_kept_until_the_table_is_forgotten(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     store = StateStore(path)
