@@ -80,7 +80,8 @@ class Settings:
     warehouse: str = _setting(
         "STREAMBED_WAREHOUSE",
         "Where table files live: a local directory (default <data_dir>/warehouse), or "
-        "s3://bucket/prefix. Setting STREAMBED_S3_BUCKET also selects S3.",
+        "s3://bucket/prefix. Setting STREAMBED_S3_BUCKET also selects S3. Its path may not "
+        "hold `#` or `?` (Iceberg's Python library reads a location only up to either).",
         "",
     )
     s3_bucket: str = _setting("STREAMBED_S3_BUCKET", "S3 bucket for the warehouse.", "")
@@ -288,7 +289,7 @@ class Settings:
         if self.warehouse.startswith("s3://"):
             return self.warehouse.rstrip("/")
         path = Path(self.warehouse) if self.warehouse else self.data_dir / "warehouse"
-        return path.resolve().as_uri()
+        return f"file://{path.resolve()}"  # not percent-encoded (streambed.lake.locations)
 
     @property
     def catalog_url(self) -> str:
@@ -408,6 +409,20 @@ class Settings:
             out.append(
                 "STREAMBED_WAREHOUSE is a local path but STREAMBED_S3_BUCKET is set; "
                 "set one of them"
+            )
+        cut = [c for c in ("#", "?") if c in self.warehouse_uri]
+        if cut:  # pyiceberg reads a location only up to either (streambed.lake.locations)
+            where = (
+                "STREAMBED_S3_BUCKET / STREAMBED_S3_PREFIX"
+                if self.s3_bucket
+                else "STREAMBED_WAREHOUSE"
+                if self.warehouse
+                else "STREAMBED_DATA_DIR"
+            )
+            out.append(
+                f"the lake's location {self.warehouse_uri} has {' and '.join(map(repr, cut))}, "
+                f"which Iceberg's Python library reads as the end of a path: set {where} to "
+                "a path without them"
             )
         if self.on_s3 and bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
             out.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -132,12 +132,15 @@ def filesystem_from_properties(properties: Mapping[str, str]) -> pafs.S3FileSyst
 
 def split_uri(uri: str) -> tuple[str, str]:
     """(scheme, filesystem path) of a warehouse URI: file:///a/b → ("file", "/a/b"),
-    s3://bucket/key → ("s3", "bucket/key"); a plain path is local."""
-    parts = urlsplit(uri)
-    if parts.scheme in ("s3", "s3a", "s3n"):
-        return "s3", f"{parts.netloc}{parts.path}".rstrip("/")
-    if parts.scheme in ("", "file"):
-        return "file", unquote(parts.path) if parts.scheme else uri
+    s3://bucket/key → ("s3", "bucket/key"); a plain path is local. The lake's URIs are not
+    percent-encoded (`streambed.lake.locations`): the path is the URI's rest as it is."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return "file", uri
+    if scheme in ("s3", "s3a", "s3n"):
+        return "s3", rest.rstrip("/")
+    if scheme == "file":
+        return "file", rest
     raise StorageError(f"unsupported storage location {uri!r}: use a local path or s3://")
 
 

@@ -35,6 +35,7 @@ from pyiceberg.types import DoubleType, FloatType, NestedField
 
 from streambed.changes import TableKey
 from streambed.errors import SchemaError
+from streambed.lake.locations import check_addressable, table_location
 from streambed.lake.types import column_type
 from streambed.pgoutput.messages import Relation
 
@@ -106,21 +107,44 @@ def ensure_table(
         sort_order = SortOrder(
             *(SortField(source_id=i + 1, transform=IdentityTransform()) for i in key.columns)
         )
+        location = _location(catalog, relation)
         try:
             try:
-                return catalog.create_table(
-                    identifier, schema=schema, sort_order=sort_order, properties=properties
+                table = catalog.create_table(
+                    identifier,
+                    schema=schema,
+                    location=location,
+                    sort_order=sort_order,
+                    properties=properties,
                 )
             except NoSuchNamespaceError:  # the schema's first table: one query fewer for the rest
                 with contextlib.suppress(NamespaceAlreadyExistsError):
                     catalog.create_namespace(relation.namespace)
-                return catalog.create_table(
-                    identifier, schema=schema, sort_order=sort_order, properties=properties
+                table = catalog.create_table(
+                    identifier,
+                    schema=schema,
+                    location=location,
+                    sort_order=sort_order,
+                    properties=properties,
                 )
+            check_addressable(table.location(), f"{relation.namespace}.{relation.name}")
+            return table
         except TableAlreadyExistsError:
             table = catalog.load_table(identifier)
+    check_addressable(table.location(), f"{relation.namespace}.{relation.name}")
     _check_matches(table, schema, key_names, relation)
     return with_metadata_properties(table)
+
+
+def _location(catalog: Catalog, relation: Relation) -> str | None:
+    """Where the embedded catalog puts a new table (`streambed.lake.locations`); None for a
+    REST catalog, which places its tables itself."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = catalog.properties.get("warehouse")
+    if not isinstance(catalog, SqlCatalog) or not warehouse:
+        return None
+    return table_location(warehouse, relation.namespace, relation.name)
 
 
 def with_metadata_properties(table: Table) -> Table:

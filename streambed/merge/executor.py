@@ -354,7 +354,9 @@ class SparkMerger:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         if output_dir.startswith("file://"):
-            return [Path(p).as_uri() for p in written]
+            # Not `Path.as_uri()`: a lake's file URIs are not percent-encoded (a table's
+            # location is `file://` and its path as it is, as pyiceberg reads it).
+            return [f"file://{p}" for p in written]
         return written
 
     def _write_pyarrow(
@@ -554,11 +556,7 @@ def _check_inputs(
 
 
 def _local_path(uri: str) -> str:
-    if uri.startswith("file://"):
-        from urllib.parse import unquote, urlsplit
-
-        return unquote(urlsplit(uri).path)
-    return uri
+    return uri.removeprefix("file://")  # not percent-encoded (streambed.lake.locations)
 
 
 def _classify(error: Exception, output_dir: str) -> StreambedError:

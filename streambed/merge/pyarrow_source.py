@@ -51,6 +51,7 @@ from pyspark.sql.types import StructType
 
 from streambed.config import Settings
 from streambed.lake.output import TaskOutput
+from streambed.lake.storage import split_uri
 from streambed.merge.worker_heap import settle
 
 NAME = "streambed_parquet"
@@ -71,8 +72,8 @@ def fs_options(settings: Settings) -> dict[str, str]:
 
 def filesystem(uri: str, options: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem for `uri` and the path inside it."""
-    parts = urlsplit(uri)
-    if parts.scheme == "s3":
+    scheme, path = split_uri(uri)
+    if scheme == "s3":
         kwargs: dict[str, Any] = {}
         endpoint = options.get("s3.endpoint", "")
         if endpoint:
@@ -84,10 +85,8 @@ def filesystem(uri: str, options: Mapping[str, str]) -> tuple[pafs.FileSystem, s
         if options.get("s3.access.key"):
             kwargs["access_key"] = options["s3.access.key"]
             kwargs["secret_key"] = options.get("s3.secret.key", "")
-        return pafs.S3FileSystem(**kwargs), parts.netloc + parts.path
-    if parts.scheme == "file":
-        return pafs.LocalFileSystem(), parts.path
-    return pafs.LocalFileSystem(), uri
+        return pafs.S3FileSystem(**kwargs), path
+    return pafs.LocalFileSystem(), path
 
 
 def _make_dir(fs: pafs.FileSystem, path: str) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
@@ -102,9 +102,7 @@ class DatabaseSettings:
     @property
     def warehouse_path(self) -> str:
         """The warehouse as DuckDB addresses it: a local directory or an s3:// prefix."""
-        if self.warehouse.startswith("file://"):
-            return unquote(urlsplit(self.warehouse).path)
-        return self.warehouse
+        return self.warehouse.removeprefix("file://")  # not percent-encoded
 
     @property
     def pyiceberg_properties(self) -> dict[str, str]:
@@ -633,6 +631,10 @@ class LakeDatabase:
     def schemas(self) -> frozenset[str]:
         return self._generation.schemas | {"public"}
 
+    def serves(self, schema: str, name: str) -> bool:
+        """Whether `schema.name` is a replicated table the query views hold now."""
+        return (schema, name) in self._generation.tables
+
     def close(self) -> None:
         self._conn.close()
         self._scratch.cleanup()
@@ -849,12 +851,21 @@ class DbSession:
                 if fname in _FILE_FUNCTIONS:
                     self._check_file_argument(fname, node)
             relname = node.relname or "" if isinstance(node, ast.RangeVar) else ""
-            if "/" in relname or "." in relname:
+            if ("/" in relname or "." in relname) and not self._replicated(node):
                 raise QueryError(
                     f'reading files is not allowed: "{relname}" is not a table', "42501"
                 )
 
         rewrite._walk(stmt, visit)
+
+    def _replicated(self, node: ast.RangeVar) -> bool:
+        """Whether `node` names a replicated table (a name with `/` or `.` is one Postgres
+        allows): DuckDB finds it in its catalog, in the named schema or the search path,
+        and never reads a file of that name instead."""
+        name = node.relname or ""
+        if node.schemaname:
+            return self._db.serves(node.schemaname, name)
+        return any(self._db.serves(schema, name) for schema in self._search_path())
 
     def _check_file_argument(self, name: str, node: ast.FuncCall) -> None:
         args = node.args or ()
@@ -1377,8 +1388,7 @@ def _param_count(stmt: ast.Node) -> int:
 
 
 def _inside(path: str, root: str) -> bool:
-    if path.startswith("file://"):
-        path = unquote(urlsplit(path).path)
+    path = path.removeprefix("file://")  # the lake's URIs are not percent-encoded
     if "://" in root:
         return path.startswith(root)
     resolved = str(Path(path).resolve())

@@ -51,6 +51,14 @@ def test_missing_source_url_names_the_variable() -> None:
         ({"STREAMBED_CATALOG_URI": "thrift://x"}, "STREAMBED_CATALOG_URI must be"),
         ({"STREAMBED_S3_BUCKET": "b", "STREAMBED_S3_ACCESS_KEY_ID": "k"}, "set both"),
         ({"STREAMBED_FAILPOINTS": "nonsense"}, "unknown failpoints nonsense"),
+        ({"STREAMBED_DATA_DIR": "/srv/lake #2"}, "has '#', which Iceberg's Python library"),
+        ({"STREAMBED_DATA_DIR": "/srv/lake?"}, "set STREAMBED_DATA_DIR to a path without"),
+        ({"STREAMBED_WAREHOUSE": "/srv/a#b?"}, "'#' and '?'"),
+        ({"STREAMBED_WAREHOUSE": "s3://b/x#1"}, "set STREAMBED_WAREHOUSE to a path"),
+        (
+            {"STREAMBED_S3_BUCKET": "b", "STREAMBED_S3_PREFIX": "lake#1"},
+            "set STREAMBED_S3_BUCKET / STREAMBED_S3_PREFIX to a path",
+        ),
     ],
 )
 def test_bad_values_are_named(

@@ -82,14 +82,16 @@ def test_a_file_named_with_another_s3_scheme_is_the_same_file() -> None:
 
 
 def test_local_file_uris_compare_by_path() -> None:
+    # The lake's URIs are not percent-encoded: `%20` is three characters of a name.
+    listed = ["/wh/t/data/a b.parquet", "/wh/t/data/a%20b.parquet", "/wh/t/data/c.parquet"]
     doomed = unreferenced(
-        [Listed("/wh/t/data/a b.parquet", 0, 1), Listed("/wh/t/data/c.parquet", 0, 1)],
+        [Listed(path, 0, 1) for path in listed],
         "/wh/t/data",
-        referenced=["file:///wh/t/data/a%20b.parquet"],
-        current=["file:///wh/t/data/a%20b.parquet"],
+        referenced=["file:///wh/t/data/a b.parquet"],
+        current=["file:///wh/t/data/a b.parquet"],
         before=NOW,
     )
-    assert [f.path for f in doomed] == ["/wh/t/data/c.parquet"]
+    assert [f.path for f in doomed] == ["/wh/t/data/a%20b.parquet", "/wh/t/data/c.parquet"]
 
 
 def test_files_referenced_outside_the_directory_are_ignored() -> None:

@@ -1,0 +1,58 @@
+"""Where a lake table's files live: one directory per table, named after the source table.
+
+A Postgres name may hold any character, but a lake table's location is a URI that
+pyiceberg, pyarrow, Spark and DuckDB each parse: pyiceberg cuts a location at `#` or `?`
+(a table `hash#tag` wrote its metadata to a file named `hash`), `/` nests directories (the
+tables `"a/b".c` and `a."b/c"` would share `a/b/c`, and each one's sweep would delete the
+other's files), and `..` leaves the warehouse. So the embedded catalog's tables are placed
+by `table_location`: `<warehouse>/<schema>/<table>`, each name with every character but
+letters, digits, `_`, `-` and `.` (so every `~` too) written as `~` and its UTF-8 bytes in
+hex, and a name of dots only written so whole: `Sales Dept` is `Sales~20Dept`, `User` and
+`naïve` stay as they are. Only `~` starts an escape, so two names never share a directory.
+Until 2026-11-29 pyiceberg placed them, at `<warehouse>/<schema>/<table>` with the names as
+they are; tables created then keep their locations.
+
+A REST catalog places its tables itself; `check_addressable` refuses a location pyiceberg
+would cut short, with what to do.
+
+Locations and file URIs are never percent-encoded: `file://` and the path as it is, as
+pyiceberg and Iceberg's Java libraries write them.
+"""
+
+from __future__ import annotations
+
+from streambed.errors import ConfigError
+
+SAFE = frozenset("_-.")
+ESCAPE = "~"
+CUT = ("#", "?")  # where pyiceberg's urlparse ends a location's path
+
+
+def segment(name: str) -> str:
+    """`name` as one directory name (see the module doc)."""
+    if not name:
+        raise ValueError("a Postgres name is never empty")
+    if set(name) == {"."}:  # `.` and `..` name directories already
+        return _escaped(name)
+    return "".join(c if c.isalnum() or c in SAFE else _escaped(c) for c in name)
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"{ESCAPE}{b:02X}" for b in text.encode())
+
+
+def table_location(warehouse: str, schema: str, name: str) -> str:
+    """The location of the lake table of `schema.name` under `warehouse` (a URI)."""
+    return f"{warehouse.rstrip('/')}/{segment(schema)}/{segment(name)}"
+
+
+def check_addressable(location: str, table: str) -> None:
+    """Raise ConfigError when pyiceberg cannot address files under `location`."""
+    cut = [c for c in CUT if c in location]
+    if cut:
+        raise ConfigError(
+            f"the catalog placed the lake table of {table} at {location}, whose "
+            f"{' and '.join(repr(c) for c in cut)} pyiceberg reads as the end of the path: "
+            "its files would land elsewhere. Rename the source table, or leave it out with "
+            "STREAMBED_EXCLUDE_TABLES"
+        )

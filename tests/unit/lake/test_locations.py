@@ -1,0 +1,107 @@
+"""Where lake tables live (`streambed.lake.locations`) and how their URIs map to paths
+(`streambed.lake.storage.split_uri`): any Postgres name gives a directory of its own that
+every reader addresses the same way."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyiceberg.io.pyarrow import PyArrowFileIO
+
+from streambed.errors import ConfigError, StorageError
+from streambed.lake.locations import check_addressable, segment, table_location
+from streambed.lake.storage import split_uri
+
+# What a Postgres identifier may hold: any character but NUL, at least one.
+NAMES = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), min_size=1)
+
+
+def _decoded(directory: str) -> str:
+    """`segment`'s inverse: each `~HH` run back to its UTF-8 bytes."""
+    out = bytearray()
+    i = 0
+    while i < len(directory):
+        if directory[i] == "~":
+            out.append(int(directory[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.extend(directory[i].encode())
+            i += 1
+    return out.decode()
+
+
+@given(NAMES)
+def test_every_name_is_one_plain_directory_that_gives_the_name_back(name: str) -> None:
+    directory = segment(name)
+    assert re.fullmatch(r"(?:[\w.-]|~[0-9A-F]{2})+", directory), directory
+    assert set(directory) != {"."}
+    assert not {"/", "#", "?", "%", " ", "\\"} & set(directory)
+    assert _decoded(directory) == name  # so two names never share a directory
+
+
+@given(NAMES, NAMES)
+def test_different_names_get_different_directories(a: str, b: str) -> None:
+    assert (segment(a) == segment(b)) == (a == b)
+
+
+@pytest.mark.parametrize(
+    ("name", "directory"),
+    [
+        ("orders", "orders"),
+        ("User", "User"),
+        ("naïve", "naïve"),
+        ("dot.ted", "dot.ted"),
+        ("snake_case-2", "snake_case-2"),
+        ("Sales Dept", "Sales~20Dept"),
+        ("a/b", "a~2Fb"),
+        ("hash#tag", "hash~23tag"),
+        ("q?x", "q~3Fx"),
+        ("pct%41", "pct~2541"),
+        ("~", "~7E"),
+        (".", "~2E"),
+        ("..", "~2E~2E"),
+        ("..x", "..x"),
+        ("é t", "é~20t"),
+        ("a\u00a0b", "a~C2~A0b"),
+    ],
+)
+def test_directories_of_names(name: str, directory: str) -> None:
+    assert segment(name) == directory
+
+
+def test_a_table_location_is_the_warehouse_then_schema_then_table() -> None:
+    assert table_location("file:///wh/", "a/b", "c") == "file:///wh/a~2Fb/c"
+    assert table_location("file:///wh", "a", "b/c") == "file:///wh/a/b~2Fc"
+    assert table_location("s3://bucket/lake", "Sales Dept", "Order Items") == (
+        "s3://bucket/lake/Sales~20Dept/Order~20Items"
+    )
+
+
+@given(NAMES, NAMES)
+def test_pyiceberg_reads_every_table_location_whole(schema: str, name: str) -> None:
+    for warehouse, path in (("file:///wh", "/wh"), ("s3://bucket/lake", "bucket/lake")):
+        location = table_location(warehouse, schema, name)
+        file = f"{location}/metadata/00000-x.metadata.json"
+        expected = f"{path}/{segment(schema)}/{segment(name)}/metadata/00000-x.metadata.json"
+        assert PyArrowFileIO.parse_location(file)[2] == expected
+        assert split_uri(file)[1] == expected
+
+
+def test_a_location_pyiceberg_would_cut_short_is_refused() -> None:
+    check_addressable("s3://bucket/lake/public/orders", "public.orders")
+    with pytest.raises(ConfigError, match=r"'#'.*Rename the source table.*EXCLUDE_TABLES"):
+        check_addressable("s3://bucket/lake/public/hash#tag", "public.hash#tag")
+    with pytest.raises(ConfigError, match=r"'\?'"):
+        check_addressable("file:///wh/public/q?x", "public.q?x")
+
+
+def test_uris_are_not_percent_decoded() -> None:
+    assert split_uri("file:///wh/t/a%20b.parquet") == ("file", "/wh/t/a%20b.parquet")
+    assert split_uri("file:///wh/Sales Dept/x#1") == ("file", "/wh/Sales Dept/x#1")
+    assert split_uri("s3a://bucket/k/a b/") == ("s3", "bucket/k/a b")
+    assert split_uri("/plain/path") == ("file", "/plain/path")
+    with pytest.raises(StorageError, match="use a local path or s3://"):
+        split_uri("gs://bucket/x")
