@@ -64,8 +64,13 @@ class JsonFormatter(logging.Formatter):
 
 
 def _text(value: object) -> str:
+    """A field's value as is, or quoted (JSON) when it is empty or holds a blank or a
+    control character (a line break in a table's name must not start a new line).
+    Non-ASCII characters stay as they are: a name in any script reads as it is written."""
     text = str(value)
-    return json.dumps(text) if (" " in text or not text) else text
+    if text and not any(c.isspace() or not c.isprintable() for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
 
 
 def setup(level: str = "info", fmt: str = "text") -> None:
