@@ -240,13 +240,16 @@ def resync(settings: Settings, table: str) -> str:
     """Ask for `table` (schema.table) to be copied again; a running `streambed run` picks
     the request up within seconds, otherwise the next start does."""
     from streambed.errors import ConfigError
+    from streambed.names import name_parts
     from streambed.replication.setup import table_selected
 
-    schema, dot, name = table.partition(".")
-    if not dot or not schema or not name:
+    parts = name_parts(table)
+    if parts is None or len(parts) != 2:
         raise ConfigError(
-            f"resync needs a schema-qualified table name (public.orders), not {table!r}"
+            f"resync needs a schema-qualified table name (public.orders), not {table!r}; "
+            'a part holding a dot goes in double quotes (public."dot.ted")'
         )
+    schema, name = parts
     if not table_selected(f"{schema}.{name}", settings.include_tables, settings.exclude_tables):
         raise ConfigError(
             f"{schema}.{name} is left out by STREAMBED_INCLUDE_TABLES="

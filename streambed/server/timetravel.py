@@ -22,6 +22,7 @@ from typing import Any
 
 from streambed.errors import ConfigError
 from streambed.lsn import parse_lsn
+from streambed.names import name_parts
 
 FUNCTIONS = frozenset({"at_snapshot", "at_time", "at_lsn"})
 SCHEMA = "streambed"
@@ -143,5 +144,13 @@ def resolve_snapshot(function: str, table: str, snapshots: list[SnapshotInfo], v
 
 
 def split_table_name(name: str) -> tuple[str, str]:
-    schema, dot, table = name.rpartition(".")
-    return (schema.strip('"') if dot else "public", table.strip('"'))
+    """(schema, table) of a time travel function's first argument: `table` (in public) or
+    `schema.table`, as `streambed.names` reads them. Raises TimeTravelError otherwise."""
+    parts = name_parts(name)
+    if parts is None or len(parts) > 2:
+        raise TimeTravelError(
+            f"{name!r} is not a table name: write 'table' or 'schema.table', quoting a part "
+            'that holds a dot or a quote in double quotes (public."dot.ted")',
+            "42602",
+        )
+    return ("public", parts[0]) if len(parts) == 1 else (parts[0], parts[1])

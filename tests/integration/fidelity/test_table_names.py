@@ -98,6 +98,9 @@ def test_tables_of_any_name_copy_stream_and_read_back(named: Served) -> None:
     port = f"postgresql://streambed@127.0.0.1:{s.query_port}/streambed"
     assert raw_text(port, 'SELECT count(*) FROM "b/c"', "SET search_path = a") == [(b"291",)]
     assert s.lake_text('SELECT count(*) FROM "dot.ted"') == [(b"291",)]
+    for schema, name in NAMES:  # time travel takes the name as SQL writes it
+        travel = f"SELECT count(*) FROM streambed.at_time('{_quoted(schema, name)}', '2999-01-01')"
+        assert s.lake_text(travel) == [(b"291",)], (schema, name)
     catalog = open_catalog(s.settings)
     locations = {n: catalog.load_table(n).location() for n in NAMES}
     assert len(set(locations.values())) == len(NAMES), locations
