@@ -148,13 +148,14 @@ class StateSnapshots:
         self.state = state
 
     def latest(self) -> Any:
+        from streambed.names import split_qualified
         from streambed.server.database import Watermark
 
         mark = self.state.latest_watermark()
         if mark is None:
             return None
-        tables = {tuple(q.split(".", 1)): loc for q, loc in mark.tables.items()}
-        return Watermark(lsn=mark.lsn, tables=tables)  # type: ignore[arg-type]
+        tables = {split_qualified(q): loc for q, loc in mark.tables.items()}
+        return Watermark(lsn=mark.lsn, tables=tables)
 
 
 def _start_server(settings: Settings, state: StateStore) -> tuple[Any, Any] | None:

@@ -27,3 +27,23 @@ def name_parts(text: str) -> list[str] | None:
         i += 1
     parts.append(part)
     return None if quoted or not all(parts) else parts
+
+
+def qualified(schema: str, name: str) -> str:
+    """`schema.name`, each part in double quotes when it holds a dot or a double quote, so
+    that `split_qualified` reads it back (`public.orders`, `public."dot.ted"`)."""
+    return ".".join(_quoted(p) if "." in p or '"' in p else p for p in (schema, name))
+
+
+def split_qualified(text: str) -> tuple[str, str]:
+    """(schema, name) of a `qualified` text; one written before names were quoted (a dot
+    in the table's name) is split at its first dot, as it was then."""
+    parts = name_parts(text)
+    if parts is not None and len(parts) == 2:
+        return parts[0], parts[1]
+    schema, _, name = text.partition(".")
+    return schema, name
+
+
+def _quoted(part: str) -> str:
+    return '"' + part.replace('"', '""') + '"'

@@ -57,6 +57,7 @@ from streambed.errors import Kind, SourceError, StreambedError
 from streambed.failpoints import failpoint
 from streambed.log import log
 from streambed.lsn import format_lsn
+from streambed.names import qualified
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
 from streambed.replication.backoff import Retrier
@@ -437,7 +438,7 @@ class Pipeline:
         for (schema, name), location in locations.items():  # 3: state
             self.state.set_frontier(schema, name, commit_lsn, location)
         if deltas:
-            every = {f"{s}.{n}": loc for (s, n), loc in self.sink.metadata_locations().items()}
+            every = {qualified(s, n): loc for (s, n), loc in self.sink.metadata_locations().items()}
             self.state.record_watermark(self._watermark_lsn(commit_lsn), every)
         failpoint("after_state_before_ack")
         if stream is not None and end_lsn is not None:  # 4: acknowledge

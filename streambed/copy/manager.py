@@ -89,6 +89,7 @@ from streambed.lake.storage import storage_error
 from streambed.lake.types import with_base_types
 from streambed.log import log
 from streambed.lsn import format_lsn
+from streambed.names import qualified
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
 from streambed.replication.backoff import Backoff, Retrier
@@ -492,7 +493,7 @@ class CopyManager:
     def _record_watermark(self, frontier: int) -> None:
         latest = self.state.latest_watermark()
         lsn = max(frontier, latest.lsn if latest is not None else 0)
-        every = {f"{s}.{n}": loc for (s, n), loc in self.lake.metadata_locations().items()}
+        every = {qualified(s, n): loc for (s, n), loc in self.lake.metadata_locations().items()}
         self.state.record_watermark(lsn, every)
         if self.on_commit is not None:
             self.on_commit(lsn)

@@ -58,6 +58,7 @@ from streambed.errors import StorageError
 from streambed.lake.storage import split_uri
 from streambed.lake.sweep_metadata import is_metadata_file, metadata_references
 from streambed.log import log
+from streambed.names import qualified as watermark_key
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -320,7 +321,7 @@ def sweep(
     catalog: Catalog = open_catalog(settings)
     results = []
     for schema, name, metadata_location in tables:
-        qualified = f"{schema}.{name}"
+        qualified, key = f"{schema}.{name}", watermark_key(schema, name)
         try:
             table = catalog.load_table((schema, name))
         except NoSuchTableError:
@@ -339,7 +340,7 @@ def sweep(
                 options,
                 before=before,
                 running=copies.get((schema, name), []),
-                pinned=[loc for loc in (metadata_location, served.get(qualified)) if loc],
+                pinned=[loc for loc in (metadata_location, served.get(key)) if loc],
                 dry_run=dry_run,
             )
         )

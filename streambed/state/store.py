@@ -4,7 +4,8 @@ Tables:
 - `tables`: one row per replicated table: relation id, copy status, frontier LSN (what is
   durable in the lake for it) and the Iceberg metadata location at that frontier.
 - `watermarks`: the consistent points (one per flush): LSN, time, and every table's
-  metadata location at it; the last `WATERMARK_HISTORY` are kept.
+  metadata location at it, keyed by `streambed.names.qualified` (`public.orders`;
+  `a."b.c"` for a name with a dot); the last `WATERMARK_HISTORY` are kept.
 - `meta`: small key/value settings (schema version, slot, ...).
 - `copies`: the copy in progress of each table in status `copying` (run id, output
   directory, seam), so a restart can remove the files of an interrupted copy.

@@ -28,6 +28,8 @@ NAMES = [
     ("Sales Dept", "Order Items"),
     ("a/b", "c"),  # with the next: one directory `a/b/c` for both, before
     ("a", "b/c"),
+    ("a.b", "c"),  # with the next: one name `a.b.c` for both in the watermark, before
+    ("a", "b.c"),
     ("public", "hash#tag"),
     ("public", "q?x"),
     ("public", "pct%41x"),
