@@ -24,7 +24,7 @@ from pglast.stream import RawStream
 from streambed.server import catalog, extract, numeric
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
-from streambed.server.timetravel import TimeTravelError
+from streambed.server.timetravel import TimeTravelError, split_table_name
 
 _USER_FUNCS = {
     enums.SQLValueFunctionOp.SVFOP_CURRENT_USER,
@@ -395,7 +395,7 @@ class _Rewriter:
         )
         node.functions = ((scan, None),)
         if node.alias is None:
-            node.alias = ast.Alias(aliasname=table.rpartition(".")[2].strip('"'))
+            node.alias = ast.Alias(aliasname=split_table_name(table)[1])
         return node
 
     def replace_func(self, node: ast.FuncCall) -> Any:
