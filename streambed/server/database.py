@@ -38,7 +38,16 @@ from pglast import ast, enums
 from pglast.stream import RawStream
 
 from streambed.config import Settings
-from streambed.server import catalog, cursors, extract, numeric, pgtypes, rewrite, timetravel
+from streambed.server import (
+    catalog,
+    cursors,
+    extract,
+    numeric,
+    pgtypes,
+    rewrite,
+    sqlparse,
+    timetravel,
+)
 from streambed.server.extensions import load_extensions, offline_config
 
 log = logging.getLogger(__name__)
@@ -653,7 +662,7 @@ def _ident(name: str) -> str:
 def split_statements(sql: str) -> list[str]:
     """Split a simple-query string into statements (Postgres lexer; DuckDB as fallback)."""
     try:
-        return [s for s in pglast.split(sql) if s.strip()]
+        return [s for s in sqlparse.split(sql) if s.strip()]
     except pglast.parser.ParseError:
         try:
             return [str(s.query) for s in duckdb.extract_statements(sql)]
@@ -754,7 +763,7 @@ class DbSession:
 
     def _execute(self, sql: str, params: list[object]) -> QueryResult:
         try:
-            statements = pglast.parse_sql(sql)
+            statements = sqlparse.parse_sql(sql)
         except pglast.parser.ParseError as e:
             return self._execute_duckdb_only(sql, params, e)
         if len(statements) != 1:
@@ -912,7 +921,7 @@ class DbSession:
                 "exact numeric rewrite failed, running with double precision",
                 extra={"fields": {"error": str(e).splitlines()[0]}},
             )
-            fresh = pglast.parse_sql(sql)[0].stmt
+            fresh = sqlparse.parse_sql(sql)[0].stmt
             assert fresh is not None
             text, bound, names = self._prepare_select(sql, fresh, params, exact_numeric=False)
             return self._run(text, bound, names, tag)
@@ -1356,7 +1365,7 @@ class DbSession:
     def describe(self, sql: str, params: Sequence[object] | None = None) -> list[ColumnInfo]:
         """Columns `sql` would return, without running it (for Describe). [] if none."""
         try:
-            stmt = pglast.parse_sql(sql)[0].stmt
+            stmt = sqlparse.parse_sql(sql)[0].stmt
         except (pglast.parser.ParseError, IndexError):
             return []
         if isinstance(stmt, ast.VariableShowStmt):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 
-import pglast
 from pglast import parser
+
+from streambed.server import sqlparse
 
 
 def split(sql: str) -> list[str]:
@@ -15,7 +16,7 @@ def split(sql: str) -> list[str]:
     splits too; text the scanner rejects (an unterminated quote) is one statement, and the
     database reports its syntax error."""
     try:
-        return [s for s in pglast.split(sql, with_parser=False) if s.strip()]
+        return [s for s in sqlparse.split(sql, with_parser=False) if s.strip()]
     except parser.ParseError:
         return [sql] if sql.strip() else []
 
@@ -23,7 +24,7 @@ def split(sql: str) -> list[str]:
 def placeholder_count(sql: str) -> int:
     """Highest $n placeholder in the statement (ignores strings and comments)."""
     try:
-        tokens = parser.scan(sql)
+        tokens = sqlparse.scan(sql)
     except parser.ParseError:
         return 0
     highest = 0
