@@ -13,6 +13,7 @@ the caller as they are.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,21 +24,33 @@ from pglast import ast, parser
 
 T = TypeVar("T")
 
-_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streambed-sql-parser")
-_on_parser = threading.local()
+_lock = threading.Lock()
+_parser: ThreadPoolExecutor | None = None  # started at the first parse
+_local = threading.local()
 
 
 def _mark() -> None:
-    _on_parser.yes = True
+    _local.parser = True
 
 
-_PARSER.submit(_mark).result()
+def _forget() -> None:
+    """In a forked child: the parent's parser thread is not there, so start another."""
+    global _lock, _parser
+    _lock, _parser = threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forget)
 
 
 def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    if getattr(_on_parser, "yes", False):
+    global _parser
+    if getattr(_local, "parser", False):  # already on it (a call from within a call)
         return fn(*args, **kwargs)
-    return _PARSER.submit(fn, *args, **kwargs).result()
+    with _lock:
+        if _parser is None:
+            _parser = ThreadPoolExecutor(1, "streambed-sql-parser", initializer=_mark)
+        executor = _parser
+    return executor.submit(fn, *args, **kwargs).result()
 
 
 def parse_sql(sql: str) -> tuple[ast.RawStmt, ...]:
