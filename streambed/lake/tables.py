@@ -13,6 +13,7 @@ and without them a table that commits at every flush kept every one of them (one
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Mapping
@@ -107,26 +108,21 @@ def ensure_table(
         sort_order = SortOrder(
             *(SortField(source_id=i + 1, transform=IdentityTransform()) for i in key.columns)
         )
-        location = _location(catalog, relation)
+        create = functools.partial(
+            catalog.create_table,
+            identifier,
+            schema=schema,
+            location=_location(catalog, relation),
+            sort_order=sort_order,
+            properties=properties,
+        )
         try:
             try:
-                table = catalog.create_table(
-                    identifier,
-                    schema=schema,
-                    location=location,
-                    sort_order=sort_order,
-                    properties=properties,
-                )
+                table = create()
             except NoSuchNamespaceError:  # the schema's first table: one query fewer for the rest
                 with contextlib.suppress(NamespaceAlreadyExistsError):
                     catalog.create_namespace(relation.namespace)
-                table = catalog.create_table(
-                    identifier,
-                    schema=schema,
-                    location=location,
-                    sort_order=sort_order,
-                    properties=properties,
-                )
+                table = create()
             check_addressable(table.location(), f"{relation.namespace}.{relation.name}")
             return table
         except TableAlreadyExistsError:
