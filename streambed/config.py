@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from streambed.errors import ConfigError
 from streambed.failpoints import unknown_names
+from streambed.lake.locations import CUT
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PREFIX = "STREAMBED_"
@@ -410,7 +411,7 @@ class Settings:
                 "STREAMBED_WAREHOUSE is a local path but STREAMBED_S3_BUCKET is set; "
                 "set one of them"
             )
-        cut = [c for c in ("#", "?") if c in self.warehouse_uri]
+        cut = [c for c in CUT if c in self.warehouse_uri]
         if cut:  # pyiceberg reads a location only up to either (streambed.lake.locations)
             where = (
                 "STREAMBED_S3_BUCKET / STREAMBED_S3_PREFIX"
