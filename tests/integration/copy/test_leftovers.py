@@ -136,8 +136,9 @@ def test_a_running_streambed_sweeps_old_unreferenced_files(copy_deployment: Depl
     wait_until(lambda: not manifest.exists(), 60, "the old stray manifest swept", d.proc)
     assert young.exists() and hint.exists()
     assert all(Path(f.removeprefix("file://")).exists() for f in live)
-    logs = d.proc.logs()
-    assert "unreferenced files removed" in logs and "sweep done" in logs
+    # the files go before the sweep's summary line is written
+    wait_until(lambda: "sweep done" in d.proc.logs(), 60, "the sweep's summary logged", d.proc)
+    assert "unreferenced files removed" in d.proc.logs()
     with psycopg.connect(d.url, autocommit=True) as conn:
         conn.execute("UPDATE swept SET v = 'after' WHERE id <= 10")
     wait_lake_equals_source(d.settings, d.url, tables, d.proc, timeout=180)
