@@ -241,8 +241,7 @@ def resync(settings: Settings, table: str) -> str:
     """Ask for `table` (schema.table) to be copied again; a running `streambed run` picks
     the request up within seconds, otherwise the next start does."""
     from streambed.errors import ConfigError
-    from streambed.names import name_parts
-    from streambed.replication.setup import table_selected
+    from streambed.names import name_parts, table_selected
 
     parts = name_parts(table)
     if parts is None or len(parts) != 2:
@@ -251,7 +250,7 @@ def resync(settings: Settings, table: str) -> str:
             'a part holding a dot goes in double quotes (public."dot.ted")'
         )
     schema, name = parts
-    if not table_selected(f"{schema}.{name}", settings.include_tables, settings.exclude_tables):
+    if not table_selected(schema, name, settings.include_tables, settings.exclude_tables):
         raise ConfigError(
             f"{schema}.{name} is left out by STREAMBED_INCLUDE_TABLES="
             f"{','.join(settings.include_tables)} / STREAMBED_EXCLUDE_TABLES="

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from streambed.errors import ConfigError
 from streambed.failpoints import unknown_names
 from streambed.lake.locations import CUT
+from streambed.names import pattern_problem, split_list
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PREFIX = "STREAMBED_"
@@ -62,15 +63,18 @@ class Settings:
     )
     include_tables: tuple[str, ...] = _setting(
         "STREAMBED_INCLUDE_TABLES",
-        "Comma-separated schema.table names or shell patterns (public.*) to replicate. "
-        "Empty: every table in the publication.",
+        "Comma-separated schema.table names or shell patterns (public.*) to replicate, "
+        "matched case-sensitively. A name with a dot, comma or blank goes in double quotes "
+        'as in SQL, each part alone: public."a,b", "Sales Dept".* (a quoted part is taken '
+        "literally). Empty: every table in the publication.",
         (),
     )
     exclude_tables: tuple[str, ...] = _setting(
         "STREAMBED_EXCLUDE_TABLES",
-        "Comma-separated schema.table names or patterns to leave out; applied after the "
-        "include list. A table left out later is forgotten at the next start (no longer "
-        "served; its Iceberg table is kept); included again, it is copied again.",
+        "Comma-separated schema.table names or patterns to leave out, written as for "
+        "STREAMBED_INCLUDE_TABLES; applied after the include list. A table left out "
+        "later is forgotten at the next start (no longer served; its Iceberg table is "
+        "kept); included again, it is copied again.",
         (),
     )
     data_dir: Path = _setting(
@@ -483,6 +487,11 @@ class Settings:
                 f"STREAMBED_QUERY_MAX_MESSAGE_BYTES={self.query_max_message_bytes} must be at "
                 "least 1024"
             )
+        for env_name, patterns in (
+            ("STREAMBED_INCLUDE_TABLES", self.include_tables),
+            ("STREAMBED_EXCLUDE_TABLES", self.exclude_tables),
+        ):
+            out += [f"{env_name}: {p}" for p in map(pattern_problem, patterns) if p]
         for item in self.query_users.split(","):
             user, sep, password = item.strip().partition(":")
             if item.strip() and not (sep and user and password):
@@ -500,7 +509,7 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     if kind == "Path":
         return Path(raw)
     if kind == "tuple[str, ...]":
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return tuple(split_list(raw))
     return raw
 
 

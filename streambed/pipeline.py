@@ -46,7 +46,6 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from types import FrameType
 from typing import Literal, Protocol
 
@@ -57,7 +56,7 @@ from streambed.errors import Kind, SourceError, StreambedError
 from streambed.failpoints import failpoint
 from streambed.log import log
 from streambed.lsn import format_lsn
-from streambed.names import qualified
+from streambed.names import qualified, table_selected
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
 from streambed.replication.backoff import Retrier
@@ -394,8 +393,8 @@ class Pipeline:
         log(logger, "caught up")
 
     def _relation(self, rel: m.Relation, stream: Stream) -> None:
-        qualified = f"{rel.namespace}.{rel.name}"
-        if not self._included(qualified):
+        s = self.settings
+        if not table_selected(rel.namespace, rel.name, s.include_tables, s.exclude_tables):
             self._wanted.discard(rel.relation_id)
             return
         key = self.source.table_key(rel)
@@ -410,12 +409,6 @@ class Pipeline:
             else:
                 self.copier.relation(rel, key)
             self._registered.add(name)
-
-    def _included(self, qualified: str) -> bool:
-        s = self.settings
-        if s.include_tables and not any(fnmatchcase(qualified, p) for p in s.include_tables):
-            return False
-        return not any(fnmatchcase(qualified, p) for p in s.exclude_tables)
 
     # ---- flush: the one place where the delivery order is decided ---------------------
 

@@ -61,6 +61,7 @@ def spark_needed(settings: Settings) -> bool:
 
         from streambed.copy.catalog import HEAP_BYTES, TOAST_BYTES
         from streambed.errors import Kind, SourceError
+        from streambed.names import table_selected
         from streambed.replication import setup
 
         # Every table measured as its copy measures it (`table_info`, `copies_here`).
@@ -96,9 +97,7 @@ def spark_needed(settings: Settings) -> bool:
             oid
             for schema, name, oid, partition, _ in rows
             if not partition
-            and setup.table_selected(
-                f"{schema}.{name}", settings.include_tables, settings.exclude_tables
-            )
+            and table_selected(schema, name, settings.include_tables, settings.exclude_tables)
         }
     return any(oid in published and size > settings.copy_local_bytes for _, _, oid, _, size in rows)
 

@@ -8,7 +8,6 @@ publication, nor a slot, except streambed's own slot once the source has invalid
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from psycopg import sql
 
 from streambed.errors import Kind, SourceError
 from streambed.lsn import parse_lsn
+from streambed.names import table_selected
 from streambed.replication.connection import (
     CreatedSlot,
     ReplicationConnection,
@@ -310,7 +310,8 @@ def publication_tables(
     """Tables of the publication, sorted by schema.table, filtered by shell patterns.
 
     `include` empty means every table; `exclude` applies after it. Patterns match
-    "schema.table" case-sensitively (fnmatchcase): `public.*`, `sales.order_*`.
+    case-sensitively (`streambed.names.table_matches`): `public.*`, `sales.order_*`,
+    `"Sales Dept".*`.
     """
     if _publication(conn, publication) is None:
         raise SourceError(
@@ -330,7 +331,7 @@ def publication_tables(
         action="listing the publication's tables",
     )
     tables = [PublishedTable(schema, name, int(oid)) for schema, name, oid in rows]
-    return [t for t in tables if table_selected(t.qualified_name, include, exclude)]
+    return [t for t in tables if table_selected(t.schema, t.name, include, exclude)]
 
 
 Membership = frozenset[str]
@@ -397,7 +398,7 @@ def memberships(
     return {
         (schema, name): frozenset(found)
         for schema, name, found in rows
-        if table_selected(f"{schema}.{name}", include, exclude)
+        if table_selected(schema, name, include, exclude)
     }
 
 
@@ -417,12 +418,6 @@ def streamed_by_root(
         action="looking for partitions",
     )
     return {int(oid) for (oid,) in rows}
-
-
-def table_selected(qualified_name: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
-    if include and not any(fnmatch.fnmatchcase(qualified_name, p) for p in include):
-        return False
-    return not any(fnmatch.fnmatchcase(qualified_name, p) for p in exclude)
 
 
 def table_key(conn: SQLConnection, relation_id: int) -> TableKey:

@@ -30,6 +30,7 @@ NAMES = [
     ("a", "b/c"),
     ("a.b", "c"),  # with the next: one name `a.b.c` for both in the watermark, before
     ("a", "b.c"),
+    ("a", "b.x"),  # kept while `"a.b".x` is left out: `a.b.x` would name both
     ("public", "hash#tag"),
     ("public", "q?x"),
     ("public", "pct%41x"),
@@ -38,6 +39,7 @@ NAMES = [
     ("public", "tilde~7E"),
     ("Ünïcode", "naïve"),
 ]
+LEFT_OUT = [("a", "b,c"), ("a.b", "x")]  # STREAMBED_EXCLUDE_TABLES names them in quotes
 
 
 def _quoted(schema: str, name: str) -> str:
@@ -55,6 +57,7 @@ def named(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> 
         "STREAMBED_HEARTBEAT_INTERVAL": "2",
         "STREAMBED_SPARK_MASTER": "local[2]",
         "STREAMBED_LOG_LEVEL": "info",
+        "STREAMBED_EXCLUDE_TABLES": ", ".join(_quoted(*t) for t in LEFT_OUT),
     }
     if request.param == "s3":
         server: ThrowawayS3 = request.getfixturevalue("s3_server")
@@ -72,8 +75,8 @@ def named(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> 
 
 def test_tables_of_any_name_copy_stream_and_read_back(named: Served) -> None:
     s = named
-    s.execute(*{f'CREATE SCHEMA IF NOT EXISTS "{schema}"' for schema, _ in NAMES})
-    for i, (schema, name) in enumerate(NAMES):
+    s.execute(*{f'CREATE SCHEMA IF NOT EXISTS "{schema}"' for schema, _ in NAMES + LEFT_OUT})
+    for i, (schema, name) in enumerate(NAMES + LEFT_OUT):
         table = _quoted(schema, name)
         s.execute(
             f'CREATE TABLE {table} ("Id" int PRIMARY KEY, "a b" text, "Ü" numeric(8,2))',
@@ -104,6 +107,10 @@ def test_tables_of_any_name_copy_stream_and_read_back(named: Served) -> None:
         travel = f"SELECT count(*) FROM streambed.at_time('{_quoted(schema, name)}', '2999-01-01')"
         assert s.lake_text(travel) == [(b"291",)], (schema, name)
     catalog = open_catalog(s.settings)
+    for schema, name in LEFT_OUT:
+        assert not catalog.table_exists((schema, name))
+        with pytest.raises(psycopg.Error, match="does not exist"):
+            s.lake_text(f"SELECT count(*) FROM {_quoted(schema, name)}")
     locations = {n: catalog.load_table(n).location() for n in NAMES}
     assert len(set(locations.values())) == len(NAMES), locations
     warehouse = split_uri(s.settings.warehouse_uri)[1]

@@ -104,6 +104,16 @@ def test_lists_are_split() -> None:
     assert settings.include_tables == ("public.a", "sales.*")
 
 
+def test_table_patterns_keep_commas_in_quotes_and_a_malformed_one_is_refused() -> None:
+    settings = Settings.from_env(
+        {"STREAMBED_SOURCE_URL": URL, "STREAMBED_EXCLUDE_TABLES": 'public."a,b", "x.y".*'}
+    )
+    assert settings.exclude_tables == ('public."a,b"', '"x.y".*')
+    for raw, problem in [('public."a,b', "open"), ('"orders"', "is not schema.table")]:
+        with pytest.raises(ConfigError, match=f"STREAMBED_INCLUDE_TABLES: .*{problem}"):
+            Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_INCLUDE_TABLES": raw})
+
+
 def test_reference_lists_every_variable_and_the_checked_in_copy_is_current() -> None:
     text = reference_markdown()
     for name in ("STREAMBED_SOURCE_URL", "STREAMBED_FLUSH_BYTES", "STREAMBED_S3_ENDPOINT"):
