@@ -64,9 +64,9 @@ class Settings:
     include_tables: tuple[str, ...] = _setting(
         "STREAMBED_INCLUDE_TABLES",
         "Comma-separated schema.table names or shell patterns (public.*) to replicate, "
-        "matched case-sensitively. A name with a dot, comma or blank goes in double quotes "
-        'as in SQL, each part alone: public."a,b", "Sales Dept".* (a quoted part is taken '
-        "literally). Empty: every table in the publication.",
+        "matched case-sensitively. A part holding a dot, a comma or one of *?[ goes in "
+        'double quotes as in SQL, and is then taken literally: public."a,b", "x.y".*. '
+        "Empty: every table in the publication.",
         (),
     )
     exclude_tables: tuple[str, ...] = _setting(
