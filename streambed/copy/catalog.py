@@ -72,6 +72,18 @@ TOAST_BYTES = """greatest(coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)),
 """SQL: the bytes of `c`'s TOAST table, a partitioned table's summed over its partitions."""
 
 
+def row_security_message(qualified: str, role: str = "<role>") -> str:
+    """Why a table whose row-level security applies to the role is not copied, and what to
+    do (`streambed.copy.session` turns row security off in the copy's sessions)."""
+    return (
+        f"cannot copy {qualified}: row-level security is on for it and applies to the role "
+        f"{role}, so a copy would hold only the rows its policies let {role} see, while the "
+        f"stream sends changes to every row. A superuser can run ALTER ROLE {role} "
+        "BYPASSRLS; (or streambed can connect as the table's owner, unless the table forces "
+        f"row security); then restart streambed or run `streambed resync {qualified}`"
+    )
+
+
 def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableInfo:
     """Columns, key and size of `schema.name`. Raises `TableGone` when it does not exist and
     a SOURCE_SETUP `SourceError` naming the table when the role may not SELECT from it."""
@@ -81,7 +93,8 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         SELECT c.oid, c.relreplident, c.relpages, c.reltuples,
                {HEAP_BYTES} / current_setting('block_size')::int,
                has_table_privilege(c.oid, 'SELECT'),
-               {TOAST_BYTES}
+               {TOAST_BYTES},
+               row_security_active(c.oid), current_user
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
         """,
@@ -92,7 +105,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
             f"{qualified} no longer exists in the source; it is left out of the copy",
             kind=Kind.SOURCE_SETUP,
         )
-    oid, replident, relpages, reltuples, blocks, may_select, toast_bytes = row
+    oid, replident, relpages, reltuples, blocks, may_select, toast_bytes, filtered, role = row
     if not may_select:
         raise SourceError(
             f"cannot copy {qualified}: the role may not SELECT from it. Run GRANT SELECT ON "
@@ -100,6 +113,8 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
             f"{qualified}`",
             kind=Kind.SOURCE_SETUP,
         )
+    if filtered:
+        raise SourceError(row_security_message(qualified, role), kind=Kind.SOURCE_SETUP)
     keys = setup.table_key(conn, int(oid))
     identity = set(keys.identity_columns)
     columns = conn.execute(

@@ -28,7 +28,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from streambed.copy.catalog import TableInfo
+from streambed.copy.catalog import TableInfo, row_security_message
 from streambed.copy.here import copy_here, here_ranges, local_cores, range_threads
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import BlockRange, block_ranges
@@ -427,6 +427,8 @@ def _failure(qualified: str, error: BaseException, where: str = "on Spark") -> S
             message += " (the table was dropped during its copy)"
         elif "permission denied" in message:
             message += f"; GRANT SELECT ON {qualified} to the role, then resync it"
+        elif "row-level security" in message:
+            message += f" ({row_security_message(qualified)})"
         return SourceError(f"copy of {qualified} failed: {message}", kind=kind)
     refused = refused_error(f"copy of {qualified} failed", str(error))  # a task's OSError
     if refused is not None:

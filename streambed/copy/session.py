@@ -9,6 +9,12 @@ planned above `jit_above_cost`, and compiled expressions and tuple deforming mad
 backend's scan and binary COPY slower, not faster (pgbench_accounts, a 5M-row range: about
 10% more backend CPU with JIT, optimized or not; docs/benchmarks.md). The ranges DuckDB's
 own scanner reads are small enough to stay below the threshold.
+
+And it turns row security off, as pg_dump does: a table whose row-level security policies
+apply to the role then fails its copy ("query would be affected by row-level security
+policy") instead of copying only the rows the policies let the role see, while the stream,
+which policies do not filter, sends changes to all of them. `streambed.copy.catalog`
+refuses such a table before its copy; this catches a policy turned on after that check.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ CONNECT_FAILED = re.compile(r"connection to server (at|on socket) .*? failed:", 
 """libpq's words on a connection it could not open (`connection to server at "host", port N
 failed: ...`): the source could not be reached, or refused the login."""
 
-COPY_OPTIONS = f"{SESSION_OPTIONS} -c jit=off"
-"""The copy sessions' settings: the replication session's, and no JIT (the module's doc)."""
+COPY_OPTIONS = f"{SESSION_OPTIONS} -c jit=off -c row_security=off"
+"""The copy sessions' settings: the replication session's, no JIT and no row security (the
+module's doc)."""
 
 
 def copy_params(url: str, application_name: str) -> dict[str, str]:

@@ -153,6 +153,33 @@ def test_a_table_dropped_before_its_copy_fails_with_the_source_message(
 
 
 @pytest.mark.parametrize("reader", ["csv", "duckdb"])
+def test_a_table_whose_policies_filter_the_role_fails_its_copy_rather_than_copy_some_rows(
+    spark: SparkSession, pg_db: PgDatabase, tmp_path: Path, reader: str
+) -> None:
+    """Row-level security turned on after the catalog's check: the copy's sessions run with
+    row security off, so the copy fails, naming the fix, instead of committing the rows
+    the policy lets the role see."""
+    _source(pg_db.url)
+    role = "copier_" + uuid.uuid4().hex[:8]
+    pg_db.server.create_role(role, "pw-copier", replication=True)
+    with psycopg.connect(pg_db.url, autocommit=True) as conn:
+        conn.execute(f"GRANT SELECT ON items TO {role}")
+        conn.execute(f"CREATE POLICY evens ON items TO {role} USING (id % 2 = 0)")
+    url = pg_db.url_as(role, "pw-copier")
+    catalog = open_catalog(Settings(source_url=pg_db.url, data_dir=tmp_path))
+    with _snapshot(pg_db.url, catalog, "items") as c:
+        assert c.copy(spark, url, reader=reader).rows == ROWS  # no policy applies yet
+        with psycopg.connect(pg_db.url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE items ENABLE ROW LEVEL SECURITY")
+        with psycopg.connect(url) as conn:  # what the role's queries now see
+            assert conn.execute("SELECT count(*) FROM items").fetchone() == (ROWS // 2,)
+        with pytest.raises(SourceError, match="row-level security") as raised:
+            c.copy(spark, url, reader=reader)
+    assert "BYPASSRLS" in str(raised.value) and "public.items" in str(raised.value)
+    assert len(c.table.scan().to_arrow()) == ROWS  # the first copy's rows, nothing more
+
+
+@pytest.mark.parametrize("reader", ["csv", "duckdb"])
 def test_a_row_larger_than_the_csv_block_is_read_again_with_larger_blocks(
     spark: SparkSession, pg_db: PgDatabase, tmp_path: Path, reader: str
 ) -> None:

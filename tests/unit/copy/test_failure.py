@@ -49,6 +49,10 @@ def test_an_expired_snapshot_is_reported_as_such() -> None:
     ("message", "hint"),
     [
         ("permission denied for table t", "GRANT SELECT ON public.t"),
+        (
+            'query would be affected by row-level security policy for table "t"',
+            "BYPASSRLS",
+        ),
         ('relation "public.t" does not exist', "dropped during its copy"),
         (
             'connection to server at "h", port 5 failed: FATAL: password authentication failed',
