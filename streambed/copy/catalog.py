@@ -29,6 +29,10 @@ class TableInfo:
     # Each column's type output function, (schema, name): the copy reads a column DuckDB
     # does not decode as that function's text (`streambed.copy.duck.select_query`).
     outputs: tuple[tuple[str, str], ...] = ()
+    # A partitioned table (relkind 'p') is read with its partitions, which hold its rows;
+    # any other only as itself (`FROM ONLY`): its inheritance children, if any, are
+    # published, streamed and copied as tables of their own.
+    partitioned: bool = False
 
     @property
     def stored_bytes(self) -> int:
@@ -90,7 +94,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
     qualified = f"{schema}.{name}"
     row = conn.execute(
         f"""
-        SELECT c.oid, c.relreplident, c.relpages, c.reltuples,
+        SELECT c.oid, c.relkind, c.relreplident, c.relpages, c.reltuples,
                {HEAP_BYTES} / current_setting('block_size')::int,
                has_table_privilege(c.oid, 'SELECT'),
                {TOAST_BYTES},
@@ -105,7 +109,8 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
             f"{qualified} no longer exists in the source; it is left out of the copy",
             kind=Kind.SOURCE_SETUP,
         )
-    oid, replident, relpages, reltuples, blocks, may_select, toast_bytes, filtered, role = row
+    oid, relkind, replident, relpages, reltuples, blocks, may_select, toast_bytes = row[:8]
+    filtered, role = row[8:]
     if not may_select:
         raise SourceError(
             f"cannot copy {qualified}: the role may not SELECT from it. Run GRANT SELECT ON "
@@ -153,6 +158,7 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         attnums=tuple((str(attname), int(attnum)) for attname, _, _, attnum, *_ in columns),
         toast_bytes=int(toast_bytes),
         outputs=tuple((str(schema), str(function)) for *_, schema, function in columns),
+        partitioned=relkind == "p",
     )
 
 

@@ -245,9 +245,11 @@ def select_query(
     where: str,
     *,
     outputs: Sequence[Sequence[str]] = (),
+    only: bool = True,
 ) -> str:
     """The range's SELECT: native columns as they are, the others as their output text;
     after them, for each timestamp column, its text where it is beyond `TIMESTAMP_END`.
+    From the table alone (`FROM ONLY`) unless `only` is false (a partitioned table).
 
     A column's text is its type's output function (`outputs[i]`: schema and name, from
     `pg_type.typoutput`) made `text` by `textin`: what pgoutput sends, and what
@@ -273,9 +275,10 @@ def select_query(
             guard = "CASE WHEN {0} >= {1} AND pg_catalog.isfinite({0}) THEN {0}::text END AS {2}"
             guards.append(sql.SQL(guard).format(name, sql.Literal(end), sql.Identifier(f"g{i}")))
     return (
-        sql.SQL("SELECT {} FROM {}.{} WHERE {}")
+        sql.SQL("SELECT {} FROM {}{}.{} WHERE {}")
         .format(
             sql.SQL(", ").join(items + guards),
+            sql.SQL("ONLY " if only else ""),
             sql.Identifier(schema),
             sql.Identifier(table),
             sql.SQL(where),

@@ -163,6 +163,7 @@ def copy_table(
         "snapshot": snapshot,
         "schema": info.schema,
         "table": info.name,
+        "only": "" if info.partitioned else "1",  # `FROM ONLY` (TableInfo.partitioned)
         "run_id": run_id,
         "columns": json.dumps(
             [[c.name, c.type_oid, c.type_modifier] for c in info.relation.columns]

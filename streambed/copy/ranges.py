@@ -76,15 +76,17 @@ def file_rows(range_blocks: int, rows_per_block: float, cap: int) -> int:
 
 
 def copy_statement(
-    schema: str, table: str, columns: Sequence[str], block_range: BlockRange
+    schema: str, table: str, columns: Sequence[str], block_range: BlockRange, *, only: bool = True
 ) -> sql.Composed:
-    """`COPY (SELECT <columns> FROM schema.table WHERE <ctid range>) TO STDOUT (FORMAT csv)`.
+    """`COPY (SELECT <columns> FROM ONLY schema.table WHERE <ctid range>) TO STDOUT (FORMAT
+    csv)`; without `ONLY` when `only` is false (a partitioned table, read with its partitions).
 
     CSV carries each value in the text form of the type's output function, as pgoutput
     does; NULL is an unquoted empty field and an empty string a quoted one.
     """
-    return sql.SQL("COPY (SELECT {} FROM {}.{} WHERE {}) TO STDOUT (FORMAT csv)").format(
+    return sql.SQL("COPY (SELECT {} FROM {}{}.{} WHERE {}) TO STDOUT (FORMAT csv)").format(
         sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.SQL("ONLY " if only else ""),
         sql.Identifier(schema),
         sql.Identifier(table),
         sql.SQL(block_range.predicate()),

@@ -241,9 +241,12 @@ def _read(
     its values repeat, `duck.few_distinct`; not a `unique` column, a one-column key)."""
     name = f"streambed-copy {options['run_id']}/{index}"
     schema_name, table = options["schema"], options["table"]
+    only = bool(options.get("only", "1"))
     if reader == "duckdb":
         outputs = [tuple(f) for f in json.loads(options.get("outputs", "[]"))]
-        query = select_query(schema_name, table, columns, block_range.predicate(), outputs=outputs)
+        query = select_query(
+            schema_name, table, columns, block_range.predicate(), outputs=outputs, only=only
+        )
         batches = stream_range(
             options["url"],
             options["snapshot"],
@@ -265,7 +268,9 @@ def _read(
         restored = _restored(batches, first, columns, where, distinct)
         return [native(c) for c in columns], restored, dictionary_schema(arrow_schema, distinct)
     types = csv_types(columns)
-    statement = copy_statement(schema_name, table, [c.name for c in columns], block_range)
+    statement = copy_statement(
+        schema_name, table, [c.name for c in columns], block_range, only=only
+    )
     batches = stream_copy(
         options["url"],
         options["snapshot"],

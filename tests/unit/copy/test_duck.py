@@ -74,8 +74,10 @@ def test_the_query_names_columns_by_position_and_renders_the_others_as_text() ->
         'ELSE pg_catalog.format(\'%s\', "a") END AS "c1", "t" AS "c2", '
         'CASE WHEN "t" >= \'294247-01-10 04:00:54.775807+00\' AND pg_catalog.isfinite("t") '
         'THEN "t"::text END AS "g2" '
-        'FROM "s"."we""ird" WHERE ctid >= \'(0,0)\'::tid'
+        'FROM ONLY "s"."we""ird" WHERE ctid >= \'(0,0)\'::tid'
     )
+    partitioned = select_query("s", "t", columns[:1], "true", only=False)
+    assert partitioned == 'SELECT "A" AS "c0" FROM "s"."t" WHERE true'
 
 
 def test_with_output_functions_the_others_are_their_output_text() -> None:
@@ -85,7 +87,7 @@ def test_with_output_functions_the_others_are_their_output_text() -> None:
     assert query == (
         'SELECT "id" AS "c0", CASE WHEN "h" IS NULL THEN NULL '
         'ELSE pg_catalog.textin("my ext"."hstore""out"("h")) END AS "c1" '
-        'FROM "s"."t" WHERE true'
+        'FROM ONLY "s"."t" WHERE true'
     )
 
 

@@ -109,8 +109,12 @@ def test_predicates() -> None:
 def test_copy_statement_quotes_identifiers() -> None:
     statement = copy_statement('we"ird', "Orders", ["id", "a b"], BlockRange(2, 4)).as_string(None)
     assert statement == (
-        'COPY (SELECT "id", "a b" FROM "we""ird"."Orders" '
+        'COPY (SELECT "id", "a b" FROM ONLY "we""ird"."Orders" '
         "WHERE ctid >= '(2,0)'::tid AND ctid < '(4,0)'::tid) TO STDOUT (FORMAT csv)"
+    )
+    partitioned = copy_statement("s", "t", ["id"], BlockRange(0, None), only=False)
+    assert partitioned.as_string(None) == (
+        'COPY (SELECT "id" FROM "s"."t" WHERE ctid >= \'(0,0)\'::tid) TO STDOUT (FORMAT csv)'
     )
 
 
