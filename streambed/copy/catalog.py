@@ -33,6 +33,9 @@ class TableInfo:
     # any other only as itself (`FROM ONLY`): its inheritance children, if any, are
     # published, streamed and copied as tables of their own.
     partitioned: bool = False
+    # The publication's row filter for the table (`pg_publication_tables.rowfilter`, SQL
+    # over its columns), which the copy applies as the stream does; None: every row.
+    row_filter: str | None = None
 
     @property
     def stored_bytes(self) -> int:
@@ -88,9 +91,15 @@ def row_security_message(qualified: str, role: str = "<role>") -> str:
     )
 
 
-def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableInfo:
+def table_info(
+    conn: psycopg.Connection[Any], schema: str, name: str, publication: str | None = None
+) -> TableInfo:
     """Columns, key and size of `schema.name`. Raises `TableGone` when it does not exist and
-    a SOURCE_SETUP `SourceError` naming the table when the role may not SELECT from it."""
+    a SOURCE_SETUP `SourceError` naming the table when the role may not SELECT from it.
+
+    With `publication`, what it publishes of the table: only the columns of its column list
+    (pgoutput sends no others) and the rows of its row filter (`TableInfo.row_filter`), as
+    Postgres's own initial table synchronization copies them."""
     qualified = f"{schema}.{name}"
     row = conn.execute(
         f"""
@@ -134,6 +143,9 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         """,
         (oid,),
     ).fetchall()
+    published, row_filter = _published_part(conn, publication, schema, name)
+    if published is not None:
+        columns = [c for c in columns if c[0] in published]
     replica_identity = str(replident)
     relation = Relation(
         relation_id=int(oid),
@@ -159,7 +171,26 @@ def table_info(conn: psycopg.Connection[Any], schema: str, name: str) -> TableIn
         toast_bytes=int(toast_bytes),
         outputs=tuple((str(schema), str(function)) for *_, schema, function in columns),
         partitioned=relkind == "p",
+        row_filter=row_filter,
     )
+
+
+def _published_part(
+    conn: psycopg.Connection[Any], publication: str | None, schema: str, name: str
+) -> tuple[set[str] | None, str | None]:
+    """The columns `publication` sends of the table (None: all) and its row filter (None:
+    none). Column lists and row filters came with Postgres 15."""
+    if publication is None or conn.info.server_version < 150000:
+        return None, None
+    row = conn.execute(
+        "SELECT attnames, rowfilter FROM pg_publication_tables "
+        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+        (publication, schema, name),
+    ).fetchone()
+    if row is None:  # out of the publication now: `streambed.copy.streamed` sees to it
+        return None, None
+    attnames, row_filter = row
+    return (None if attnames is None else set(attnames)), row_filter
 
 
 def _key(relation: Relation, keys: setup.TableKey) -> TableKey:

@@ -164,6 +164,7 @@ def copy_table(
         "schema": info.schema,
         "table": info.name,
         "only": "" if info.partitioned else "1",  # `FROM ONLY` (TableInfo.partitioned)
+        "row_filter": info.row_filter or "",
         "run_id": run_id,
         "columns": json.dumps(
             [[c.name, c.type_oid, c.type_modifier] for c in info.relation.columns]

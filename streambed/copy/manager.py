@@ -563,7 +563,8 @@ class CopyManager:
             infos: list[TableInfo] = []
             for schema, name in batch.names:
                 try:
-                    infos.append(self._with_base_types(table_info(anchor.conn, schema, name)))
+                    info = table_info(anchor.conn, schema, name, self.settings.publication)
+                    infos.append(self._with_base_types(info))
                 except TableGone as e:
                     late = self._created_after_snapshot(schema, name)
                     if late is None:
@@ -608,7 +609,7 @@ class CopyManager:
         is empty. None when the table does not exist now either."""
         conn = sql_connect(self.settings.source_url)
         try:
-            info = table_info(conn, schema, name)
+            info = table_info(conn, schema, name, self.settings.publication)
         except TableGone:
             return None
         finally:

@@ -75,11 +75,24 @@ def file_rows(range_blocks: int, rows_per_block: float, cap: int) -> int:
     return max(1, min(cap, math.ceil(estimate / files * 1.1)))
 
 
+def range_filter(block_range: BlockRange, row_filter: str | None) -> str:
+    """The WHERE of a range's query: its ctid range, and the publication's row filter."""
+    where = block_range.predicate()
+    return f"{where} AND ({row_filter})" if row_filter else where
+
+
 def copy_statement(
-    schema: str, table: str, columns: Sequence[str], block_range: BlockRange, *, only: bool = True
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    block_range: BlockRange,
+    *,
+    only: bool = True,
+    row_filter: str | None = None,
 ) -> sql.Composed:
     """`COPY (SELECT <columns> FROM ONLY schema.table WHERE <ctid range>) TO STDOUT (FORMAT
-    csv)`; without `ONLY` when `only` is false (a partitioned table, read with its partitions).
+    csv)`; without `ONLY` when `only` is false (a partitioned table, read with its partitions),
+    and with the publication's `row_filter` (`range_filter`).
 
     CSV carries each value in the text form of the type's output function, as pgoutput
     does; NULL is an unquoted empty field and an empty string a quoted one.
@@ -89,5 +102,5 @@ def copy_statement(
         sql.SQL("ONLY " if only else ""),
         sql.Identifier(schema),
         sql.Identifier(table),
-        sql.SQL(block_range.predicate()),
+        sql.SQL(range_filter(block_range, row_filter)),
     )

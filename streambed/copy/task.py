@@ -52,7 +52,7 @@ from streambed.copy.duck import (
     select_query,
     stream_range,
 )
-from streambed.copy.ranges import BlockRange, copy_statement, file_rows
+from streambed.copy.ranges import BlockRange, copy_statement, file_rows, range_filter
 from streambed.errors import ConfigError, SchemaError
 from streambed.lake.convert import convert_column
 from streambed.lake.output import (
@@ -242,11 +242,11 @@ def _read(
     name = f"streambed-copy {options['run_id']}/{index}"
     schema_name, table = options["schema"], options["table"]
     only = bool(options.get("only", "1"))
+    row_filter = options.get("row_filter") or None
     if reader == "duckdb":
         outputs = [tuple(f) for f in json.loads(options.get("outputs", "[]"))]
-        query = select_query(
-            schema_name, table, columns, block_range.predicate(), outputs=outputs, only=only
-        )
+        where = range_filter(block_range, row_filter)
+        query = select_query(schema_name, table, columns, where, outputs=outputs, only=only)
         batches = stream_range(
             options["url"],
             options["snapshot"],
@@ -269,7 +269,7 @@ def _read(
         return [native(c) for c in columns], restored, dictionary_schema(arrow_schema, distinct)
     types = csv_types(columns)
     statement = copy_statement(
-        schema_name, table, [c.name for c in columns], block_range, only=only
+        schema_name, table, [c.name for c in columns], block_range, only=only, row_filter=row_filter
     )
     batches = stream_copy(
         options["url"],

@@ -37,6 +37,7 @@ class PublicationResult:
     created: bool
     publish_via_partition_root: bool
     all_tables: bool
+    unpublished: tuple[str, ...] = ()  # operations it does not publish: "delete", ...
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,14 @@ def ensure_publication(conn: SQLConnection, publication: str) -> PublicationResu
                 "separate tables",
                 extra={"fields": {"publication": publication}},
             )
+        if existing.unpublished:
+            left_out = ", ".join(existing.unpublished)
+            logger.warning(
+                f"publication does not publish {left_out}: the source's {left_out} never "
+                "reach the lake, which is then not an exact copy. ALTER PUBLICATION "
+                f"{publication} SET (publish = 'insert, update, delete, truncate') for one",
+                extra={"fields": {"publication": publication}},
+            )
         return existing
     query = sql.SQL(
         "CREATE PUBLICATION {} FOR ALL TABLES WITH (publish_via_partition_root = true)"
@@ -180,18 +189,21 @@ def ensure_publication(conn: SQLConnection, publication: str) -> PublicationResu
 def _publication(conn: SQLConnection, publication: str) -> PublicationResult | None:
     rows = _run(
         conn,
-        "SELECT puballtables, pubviaroot FROM pg_publication WHERE pubname = %s",
+        "SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate "
+        "FROM pg_publication WHERE pubname = %s",
         (publication,),
         action="reading publications",
     )
     if not rows:
         return None
-    all_tables, via_root = rows[0]
+    all_tables, via_root, *published = rows[0]
+    operations = ("inserts", "updates", "deletes", "truncates")
     return PublicationResult(
         publication,
         created=False,
         publish_via_partition_root=bool(via_root),
         all_tables=bool(all_tables),
+        unpublished=tuple(op for op, on in zip(operations, published, strict=True) if not on),
     )
 
 

@@ -75,6 +75,26 @@ def test_never_touches_existing_objects(pg_db: PgDatabase) -> None:
     )
 
 
+def test_a_publication_leaving_out_operations_is_warned_about(
+    pg_db: PgDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    pg_db.psql("CREATE TABLE a (id int PRIMARY KEY)")
+    via_root = "publish_via_partition_root = true"
+    options = f"publish = 'insert, update', {via_root}"
+    pg_db.psql(f"CREATE PUBLICATION appends FOR TABLE a WITH ({options})")
+    pg_db.psql(f"CREATE PUBLICATION whole FOR TABLE a WITH ({via_root})")
+    with sql_connect(pg_db.url) as conn:
+        with caplog.at_level("WARNING", logger="streambed.replication.setup"):
+            assert ensure_publication(conn, "whole").unpublished == ()
+        assert not caplog.records
+        with caplog.at_level("WARNING", logger="streambed.replication.setup"):
+            appends = ensure_publication(conn, "appends")
+    assert appends.unpublished == ("deletes", "truncates")
+    (record,) = caplog.records
+    assert "does not publish deletes, truncates" in record.getMessage()
+    assert "not an exact copy" in record.getMessage()
+
+
 def test_existing_slot_of_another_kind_is_a_setup_error(pg_db: PgDatabase) -> None:
     slot = "phys_" + pg_db.name  # a physical slot has no database: drop it here
     pg_db.psql("SELECT pg_create_physical_replication_slot(%s)", [slot])

@@ -15,6 +15,7 @@ from streambed.copy.ranges import (
     block_ranges,
     copy_statement,
     file_rows,
+    range_filter,
 )
 
 
@@ -115,6 +116,16 @@ def test_copy_statement_quotes_identifiers() -> None:
     partitioned = copy_statement("s", "t", ["id"], BlockRange(0, None), only=False)
     assert partitioned.as_string(None) == (
         'COPY (SELECT "id" FROM "s"."t" WHERE ctid >= \'(0,0)\'::tid) TO STDOUT (FORMAT csv)'
+    )
+
+
+def test_a_row_filter_is_added_to_the_range_in_parentheses() -> None:
+    assert range_filter(BlockRange(2, 4), None) == BlockRange(2, 4).predicate()
+    where = range_filter(BlockRange(0, None), "(a = 1) OR (b = 2)")
+    assert where == "ctid >= '(0,0)'::tid AND ((a = 1) OR (b = 2))"
+    statement = copy_statement("s", "t", ["a"], BlockRange(0, None), row_filter="a > 1 OR true")
+    assert statement.as_string(None).endswith(
+        "WHERE ctid >= '(0,0)'::tid AND (a > 1 OR true)) TO STDOUT (FORMAT csv)"
     )
 
 
