@@ -85,9 +85,10 @@ def row_security_message(qualified: str, role: str = "<role>") -> str:
     return (
         f"cannot copy {qualified}: row-level security is on for it and applies to the role "
         f"{role}, so a copy would hold only the rows its policies let {role} see, while the "
-        f"stream sends changes to every row. A superuser can run ALTER ROLE {role} "
-        "BYPASSRLS; (or streambed can connect as the table's owner, unless the table forces "
-        f"row security); then restart streambed or run `streambed resync {qualified}`"
+        f"stream sends changes to every row. A superuser can exempt the role from row "
+        f"security (ALTER ROLE {role} BYPASSRLS), or streambed can connect as the table's "
+        "owner, unless the table forces row security; then restart streambed or run "
+        f"`streambed resync {qualified}`"
     )
 
 

@@ -245,8 +245,8 @@ def _read(
     row_filter = options.get("row_filter") or None
     if reader == "duckdb":
         outputs = [tuple(f) for f in json.loads(options.get("outputs", "[]"))]
-        where = range_filter(block_range, row_filter)
-        query = select_query(schema_name, table, columns, where, outputs=outputs, only=only)
+        predicate = range_filter(block_range, row_filter)
+        query = select_query(schema_name, table, columns, predicate, outputs=outputs, only=only)
         batches = stream_range(
             options["url"],
             options["snapshot"],
