@@ -38,22 +38,31 @@ def _copies_committed(d: Deployment, table: str) -> int:
     )
 
 
-def test_a_table_without_select_is_reported_and_copied_after_grant_and_resync(
-    copy_deployment: Deployment, pg_db: PgDatabase
-) -> None:
-    d = copy_deployment
+def _start_as_a_role(d: Deployment, pg_db: PgDatabase, table: str, *setup: str) -> str:
+    """`open_t` and `table`, 500 rows each, the role (returned, `{role}` in `setup`) may
+    SELECT `open_t`; then `setup`, and streambed started as the role."""
     role = "copier_" + uuid.uuid4().hex[:8]
     pg_db.server.create_role(role, "pw-copier", replication=True)
     with psycopg.connect(d.url, autocommit=True) as conn:
-        for table in ("open_t", "locked_t"):
-            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-            conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 500) g")
+        for name in ("open_t", table):
+            conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 500) g")
         conn.execute(f"GRANT SELECT ON open_t TO {role}")
+        for statement in setup:
+            conn.execute(statement.format(role=role))
         # Creating a FOR ALL TABLES publication needs a superuser: an administrator does it.
         conn.execute(
             "CREATE PUBLICATION streambed FOR ALL TABLES WITH (publish_via_partition_root = true)"
         )
     d.proc.start({"STREAMBED_SOURCE_URL": pg_db.url_as(role, "pw-copier") + STREAMING_OPTIONS})
+    return role
+
+
+def test_a_table_without_select_is_reported_and_copied_after_grant_and_resync(
+    copy_deployment: Deployment, pg_db: PgDatabase
+) -> None:
+    d = copy_deployment
+    role = _start_as_a_role(d, pg_db, "locked_t")
     wait_until(lambda: _all_ready(d, ["public.open_t"]), 240, "open_t copied", d.proc)
     wait_until(
         lambda: "GRANT SELECT ON public.locked_t" in d.proc.logs(), 120, "the message", d.proc
@@ -84,19 +93,14 @@ def test_a_table_under_row_level_security_is_reported_and_copied_after_bypassrls
     # Policies filter what the role's queries see, not what the slot sends: a copy of only
     # the rows the role may see would leave the lake short for ever.
     d = copy_deployment
-    role = "copier_" + uuid.uuid4().hex[:8]
-    pg_db.server.create_role(role, "pw-copier", replication=True)
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        for table in ("open_t", "policed_t"):
-            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
-            conn.execute(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 500) g")
-            conn.execute(f"GRANT SELECT ON {table} TO {role}")
-        conn.execute("ALTER TABLE policed_t ENABLE ROW LEVEL SECURITY")
-        conn.execute(f"CREATE POLICY evens ON policed_t TO {role} USING (id % 2 = 0)")
-        conn.execute(
-            "CREATE PUBLICATION streambed FOR ALL TABLES WITH (publish_via_partition_root = true)"
-        )
-    d.proc.start({"STREAMBED_SOURCE_URL": pg_db.url_as(role, "pw-copier") + STREAMING_OPTIONS})
+    role = _start_as_a_role(
+        d,
+        pg_db,
+        "policed_t",
+        "GRANT SELECT ON policed_t TO {role}",
+        "ALTER TABLE policed_t ENABLE ROW LEVEL SECURITY",
+        "CREATE POLICY evens ON policed_t TO {role} USING (id % 2 = 0)",
+    )
     wait_until(lambda: _all_ready(d, ["public.open_t"]), 240, "open_t copied", d.proc)
     wait_until(lambda: f"ALTER ROLE {role} BYPASSRLS" in d.proc.logs(), 120, "the message", d.proc)
     assert "row-level security is on for it" in d.proc.logs()
