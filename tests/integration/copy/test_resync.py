@@ -58,66 +58,63 @@ def _start_as_a_role(d: Deployment, pg_db: PgDatabase, table: str, *setup: str) 
     return role
 
 
-def test_a_table_without_select_is_reported_and_copied_after_grant_and_resync(
-    copy_deployment: Deployment, pg_db: PgDatabase
+@pytest.mark.parametrize(
+    ("table", "setup", "messages", "fix"),
+    [
+        pytest.param(
+            "locked_t",
+            (),
+            ("GRANT SELECT ON public.locked_t",),
+            "GRANT SELECT ON locked_t TO {role}",
+            id="without SELECT",
+        ),
+        # Policies filter what the role's queries see, not what the slot sends: a copy of
+        # only the rows the role may see would leave the lake short for ever.
+        pytest.param(
+            "policed_t",
+            (
+                "GRANT SELECT ON policed_t TO {role}",
+                "ALTER TABLE policed_t ENABLE ROW LEVEL SECURITY",
+                "CREATE POLICY evens ON policed_t TO {role} USING (id % 2 = 0)",
+            ),
+            ("ALTER ROLE {role} BYPASSRLS", "row-level security is on for it"),
+            "ALTER ROLE {role} BYPASSRLS",
+            id="under row-level security",
+        ),
+    ],
+)
+def test_a_table_the_role_cannot_copy_is_reported_and_copied_after_the_fix_and_a_resync(
+    copy_deployment: Deployment,
+    pg_db: PgDatabase,
+    table: str,
+    setup: tuple[str, ...],
+    messages: tuple[str, ...],
+    fix: str,
 ) -> None:
     d = copy_deployment
-    role = _start_as_a_role(d, pg_db, "locked_t")
+    qualified = f"public.{table}"
+    role = _start_as_a_role(d, pg_db, table, *setup)
     wait_until(lambda: _all_ready(d, ["public.open_t"]), 240, "open_t copied", d.proc)
-    wait_until(
-        lambda: "GRANT SELECT ON public.locked_t" in d.proc.logs(), 120, "the message", d.proc
-    )
-    assert _statuses(d)["public.locked_t"] != "ready"
+    message = messages[0].format(role=role)
+    wait_until(lambda: message in d.proc.logs(), 120, "the message", d.proc)
+    assert all(m.format(role=role) in d.proc.logs() for m in messages)
+    assert _statuses(d)[qualified] != "ready"
     assert "pw-copier" not in d.proc.logs()
-    # The other table keeps streaming while locked_t waits.
+    # The other table keeps streaming while this one waits.
     with psycopg.connect(d.url, autocommit=True) as conn:
         conn.execute("INSERT INTO open_t VALUES (1000, 'later')")
-        conn.execute("UPDATE locked_t SET v = 'changed while blocked' WHERE id <= 10")
-        conn.execute("DELETE FROM locked_t WHERE id > 490")
+        conn.execute(f"UPDATE {table} SET v = 'changed while blocked' WHERE id <= 10")
+        conn.execute(f"DELETE FROM {table} WHERE id > 490")
     wait_lake_equals_source(d.settings, d.url, ["public.open_t"], d.proc)
     assert d.proc.running
 
     with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute(f"GRANT SELECT ON locked_t TO {role}")
-    assert "resync of public.locked_t requested" in _resync(d, "public.locked_t")
-    wait_until(lambda: _all_ready(d, ["public.locked_t"]), 240, "locked_t copied", d.proc)
+        conn.execute(fix.format(role=role))
+    assert f"resync of {qualified} requested" in _resync(d, qualified)
+    wait_until(lambda: _all_ready(d, [qualified]), 240, f"{table} copied", d.proc)
     with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("UPDATE locked_t SET v = 'after the copy' WHERE id = 1")
-    wait_lake_equals_source(d.settings, d.url, ["public.open_t", "public.locked_t"], d.proc)
-    assert d.proc.stop() == 0
-
-
-def test_a_table_under_row_level_security_is_reported_and_copied_after_bypassrls_and_resync(
-    copy_deployment: Deployment, pg_db: PgDatabase
-) -> None:
-    # Policies filter what the role's queries see, not what the slot sends: a copy of only
-    # the rows the role may see would leave the lake short for ever.
-    d = copy_deployment
-    role = _start_as_a_role(
-        d,
-        pg_db,
-        "policed_t",
-        "GRANT SELECT ON policed_t TO {role}",
-        "ALTER TABLE policed_t ENABLE ROW LEVEL SECURITY",
-        "CREATE POLICY evens ON policed_t TO {role} USING (id % 2 = 0)",
-    )
-    wait_until(lambda: _all_ready(d, ["public.open_t"]), 240, "open_t copied", d.proc)
-    wait_until(lambda: f"ALTER ROLE {role} BYPASSRLS" in d.proc.logs(), 120, "the message", d.proc)
-    assert "row-level security is on for it" in d.proc.logs()
-    assert _statuses(d)["public.policed_t"] != "ready"
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("INSERT INTO open_t VALUES (1000, 'later')")
-        conn.execute("UPDATE policed_t SET v = 'changed while blocked' WHERE id <= 10")
-    wait_lake_equals_source(d.settings, d.url, ["public.open_t"], d.proc)
-    assert d.proc.running
-
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute(f"ALTER ROLE {role} BYPASSRLS")
-    assert "resync of public.policed_t requested" in _resync(d, "public.policed_t")
-    wait_until(lambda: _all_ready(d, ["public.policed_t"]), 240, "policed_t copied", d.proc)
-    with psycopg.connect(d.url, autocommit=True) as conn:
-        conn.execute("UPDATE policed_t SET v = 'after the copy' WHERE id IN (1, 2)")
-    wait_lake_equals_source(d.settings, d.url, ["public.open_t", "public.policed_t"], d.proc)
+        conn.execute(f"UPDATE {table} SET v = 'after the copy' WHERE id IN (1, 2)")
+    wait_lake_equals_source(d.settings, d.url, ["public.open_t", qualified], d.proc)
     assert d.proc.stop() == 0
 
 
