@@ -37,7 +37,7 @@ class PublicationResult:
     created: bool
     publish_via_partition_root: bool
     all_tables: bool
-    unpublished: tuple[str, ...] = ()  # operations it does not publish: "delete", ...
+    unpublished: tuple[str, ...] = ()  # operations it does not publish: "deletes", ...
 
 
 @dataclass(frozen=True)
