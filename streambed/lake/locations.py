@@ -12,6 +12,14 @@ hex, and a name of dots only written so whole: `Sales Dept` is `Sales~20Dept`, `
 Until 2026-11-29 pyiceberg placed them, at `<warehouse>/<schema>/<table>` with the names as
 they are; tables created then keep their locations.
 
+A local warehouse may sit on a filesystem that does not tell `User` from `user` (macOS's,
+Windows's, a Docker bind mount from one), or `é` written as one character from `é` written
+as two (macOS's). There two such tables would share a directory, and each one's sweep
+would delete the other's files. So `separate` moves a new table whose directory is already
+another lake table's to `<directory>~~2` (or `~~3`, ...): `segment` never writes `~~`, so
+that is no other table's name either. The sweep refuses to touch tables that share a
+directory all the same (made before 2026-11-30, or by another program).
+
 A REST catalog places its tables itself; `check_addressable` refuses a location pyiceberg
 would cut short, with what to do.
 
@@ -21,11 +29,16 @@ pyiceberg and Iceberg's Java libraries write them.
 
 from __future__ import annotations
 
+import os
+import unicodedata
+from collections.abc import Callable, Iterable
+
 from streambed.errors import ConfigError
 
 SAFE = frozenset("_-.")
 ESCAPE = "~"
 CUT = ("#", "?")  # where pyiceberg's urlparse ends a location's path
+APART = "~~"  # what `separate` adds: `segment` always writes two hex digits after `~`
 
 
 def segment(name: str) -> str:
@@ -44,6 +57,37 @@ def _escaped(text: str) -> str:
 def table_location(warehouse: str, schema: str, name: str) -> str:
     """The location of the lake table of `schema.name` under `warehouse` (a URI)."""
     return f"{warehouse.rstrip('/')}/{segment(schema)}/{segment(name)}"
+
+
+def folded(name: str) -> str:
+    """`name` as a case- and normalization-insensitive filesystem compares it."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def separate(location: str, others: Callable[[], Iterable[str]]) -> str:
+    """`location` for a new lake table, or, when it is a local directory that is already
+    the directory of one of `others()` (the locations of the catalog's other tables whose
+    names `folded` does not tell apart: called only when `location` exists), the first of
+    `location~~2`, `location~~3`, ... that is no such table's directory."""
+    from streambed.lake.storage import split_uri  # it imports the config, which imports this
+
+    scheme, path = split_uri(location)
+    if scheme != "file" or not os.path.isdir(path):
+        return location  # S3 and most local filesystems tell every name apart
+    taken = [split_uri(uri)[1] for uri in others() if split_uri(uri)[0] == "file"]
+    candidate, n = location, 1
+    while any(same_directory(split_uri(candidate)[1], p) for p in taken):
+        n += 1
+        candidate = f"{location}{APART}{n}"
+    return candidate
+
+
+def same_directory(a: str, b: str) -> bool:
+    """Whether the local paths `a` and `b` name one existing directory."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either is missing
+        return False
 
 
 def check_addressable(location: str, table: str) -> None:

@@ -40,12 +40,19 @@ in the same form, or the table has lost a file, which an operator must look at f
 (a busy one, at every flush) is not refused for the files that commit added, which the
 listing may lack; until 2026-11-27 it was, and the running sweep tried again only a
 `STREAMBED_SWEEP_INTERVAL` later.
+
+Nor does it delete anything in tables that share a directory (`shared_directories`):
+`User` and `user` on a filesystem that does not tell them apart, placed before
+`streambed.lake.locations.separate` placed such tables apart. Each table's sweep would
+delete the other's files, metadata files included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -320,18 +327,21 @@ def sweep(
         state.close()
     catalog: Catalog = open_catalog(settings)
     results = []
+    loaded: list[tuple[str, str, str | None, Table]] = []
     for schema, name, metadata_location in tables:
-        qualified, key = f"{schema}.{name}", watermark_key(schema, name)
         try:
-            table = catalog.load_table((schema, name))
+            loaded.append((schema, name, metadata_location, catalog.load_table((schema, name))))
         except NoSuchTableError:
             if (schema, name) in forgotten and not dry_run:
                 _drop_forgotten(settings, schema, name)  # its lake table was dropped
-            continue
         except OSError as e:  # its metadata cannot be read: this table is not swept
             reason = f"cannot load the table: {' '.join(str(e).split())}"
-            log(logger, "sweep refused", logging.WARNING, table=qualified, error=reason)
-            results.append(TableSweep(qualified, [], 0, 0, refused=reason))
+            results.append(_refused(f"{schema}.{name}", reason))
+    shared = shared_directories({f"{s}.{n}": t.location() for s, n, _, t in loaded})
+    for schema, name, metadata_location, table in loaded:
+        qualified, key = f"{schema}.{name}", watermark_key(schema, name)
+        if qualified in shared:
+            results.append(_refused(qualified, shared[qualified]))
             continue
         results.append(
             sweep_table(
@@ -345,6 +355,37 @@ def sweep(
             )
         )
     return results
+
+
+def _refused(table: str, reason: str) -> TableSweep:
+    log(logger, "sweep refused", logging.WARNING, table=table, error=reason)
+    return TableSweep(table, [], 0, 0, refused=reason)
+
+
+def shared_directories(locations: Mapping[str, str]) -> dict[str, str]:
+    """For each table of `locations` (name → lake table location) whose directory is also
+    another's, why it is not swept. Local directories are compared as the filesystem
+    resolves them (`User` and `user` are one on macOS), S3 keys as they are written."""
+    groups: dict[object, list[str]] = {}
+    for table, location in locations.items():
+        scheme, path = split_uri(location)
+        key: object = (scheme, path.rstrip("/"))
+        if scheme == "file":
+            with contextlib.suppress(OSError):  # missing: nothing in it to delete
+                info = os.stat(path)
+                key = (info.st_dev, info.st_ino)
+        groups.setdefault(key, []).append(table)
+    reasons = {}
+    for tables in groups.values():
+        for table in tables if len(tables) > 1 else ():
+            others = ", ".join(t for t in tables if t != table)
+            reasons[table] = (
+                f"its lake table's directory {locations[table]} is also the lake table "
+                f"directory of {others} (a filesystem that does not tell their names apart, "
+                "or tables placed before 2026-11-30): each one's sweep would delete the "
+                "other's files, so neither is swept. This costs storage, never data"
+            )
+    return reasons
 
 
 def _drop_forgotten(settings: Settings, schema: str, name: str) -> None:

@@ -36,7 +36,7 @@ from pyiceberg.types import DoubleType, FloatType, NestedField
 
 from streambed.changes import TableKey
 from streambed.errors import SchemaError
-from streambed.lake.locations import check_addressable, table_location
+from streambed.lake.locations import check_addressable, folded, separate, table_location
 from streambed.lake.types import column_type
 from streambed.pgoutput.messages import Relation
 
@@ -140,7 +140,24 @@ def _location(catalog: Catalog, relation: Relation) -> str | None:
     warehouse = catalog.properties.get("warehouse")
     if not isinstance(catalog, SqlCatalog) or not warehouse:
         return None
-    return table_location(warehouse, relation.namespace, relation.name)
+    location = table_location(warehouse, relation.namespace, relation.name)
+    return separate(location, lambda: _alike(catalog, relation))
+
+
+def _alike(catalog: Catalog, relation: Relation) -> list[str]:
+    """The locations of the catalog's other tables whose schema and name `folded` does not
+    tell from `relation`'s (a case-insensitive filesystem would give them one directory)."""
+    schema, name = folded(relation.namespace), folded(relation.name)
+    locations = []
+    for namespace in catalog.list_namespaces():
+        if len(namespace) != 1 or folded(namespace[0]) != schema:
+            continue
+        for identifier in catalog.list_tables(namespace):
+            if identifier == (relation.namespace, relation.name) or folded(identifier[-1]) != name:
+                continue
+            with contextlib.suppress(NoSuchTableError):
+                locations.append(catalog.load_table(identifier).location())
+    return locations
 
 
 def with_metadata_properties(table: Table) -> Table:

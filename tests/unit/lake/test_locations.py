@@ -5,6 +5,7 @@ every reader addresses the same way."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -12,7 +13,14 @@ from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from streambed.errors import ConfigError, StorageError
-from streambed.lake.locations import check_addressable, segment, table_location
+from streambed.lake.locations import (
+    APART,
+    check_addressable,
+    folded,
+    segment,
+    separate,
+    table_location,
+)
 from streambed.lake.storage import split_uri
 
 # What a Postgres identifier may hold: any character but NUL, at least one.
@@ -40,6 +48,7 @@ def test_every_name_is_one_plain_directory_that_gives_the_name_back(name: str) -
     assert set(directory) != {"."}
     assert not {"/", "#", "?", "%", " ", "\\"} & set(directory)
     assert _decoded(directory) == name  # so two names never share a directory
+    assert APART not in directory  # nor a directory `separate` gives
 
 
 @given(NAMES, NAMES)
@@ -105,3 +114,30 @@ def test_uris_are_not_percent_decoded() -> None:
     assert split_uri("/plain/path") == ("file", "/plain/path")
     with pytest.raises(StorageError, match="use a local path or s3://"):
         split_uri("gs://bucket/x")
+
+
+def _never() -> list[str]:
+    raise AssertionError("the other tables are looked up only for a directory that exists")
+
+
+def test_a_location_is_separated_only_from_another_tables_directory(tmp_path: Path) -> None:
+    s3 = "s3://bucket/lake/public/User"
+    assert separate(s3, _never) == s3  # S3 tells every key apart
+    new = f"file://{tmp_path}/public/user"
+    assert separate(new, _never) == new  # nothing there yet
+    (tmp_path / "public" / "user").mkdir(parents=True)
+    assert separate(new, list) == new  # its own old directory (a table created again)
+    (tmp_path / "public" / "User").symlink_to("user")  # a filesystem blind to case
+    upper = f"file://{tmp_path}/public/User"
+    assert separate(upper, lambda: [new]) == f"{upper}{APART}2"
+    assert separate(upper, lambda: [f"s3://bucket/{tmp_path}/public/user"]) == upper
+    (tmp_path / "public" / f"User{APART}2").mkdir()
+    (tmp_path / "public" / f"user{APART}2").symlink_to(f"User{APART}2")
+    assert separate(new, lambda: [upper, f"{upper}{APART}2"]) == f"{new}{APART}3"
+
+
+def test_folded_names_are_those_a_case_insensitive_filesystem_does_not_tell_apart() -> None:
+    assert folded("User") == folded("USER") == folded("user")
+    assert folded("Stra\u00dfe") == folded("STRASSE")
+    assert folded("caf\u00e9") == folded("cafe\u0301")  # composed and decomposed
+    assert folded("user") != folded("users")
