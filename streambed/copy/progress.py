@@ -14,7 +14,8 @@ the average over the tasks' own time (from the first task's start to the last on
 reported with the files: a small copy may start and end between two polls). The ETA
 divides the rows left, estimated from `pg_class.reltuples`, by that rate.
 
-On a terminal (stderr is a tty) the lines are redrawn in place every second; otherwise one
+On a terminal (stderr is a tty of a known size) the lines are redrawn in place every second,
+at the foot of the terminal, under the log lines (`streambed.log.LiveRegion`); otherwise one
 log line per table every `log_interval` seconds.
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import threading
 import time
 from collections import deque
@@ -32,7 +32,7 @@ from typing import Any, TextIO
 import psycopg
 
 from streambed.copy.session import copy_connect
-from streambed.log import log
+from streambed.log import LiveRegion, log, terminal
 
 logger = logging.getLogger("streambed.copy")
 
@@ -138,15 +138,14 @@ class ProgressBoard:
         log_interval: float = 10.0,
     ) -> None:
         self.url = url
-        self.out = out if out is not None else sys.stderr
-        self.live = bool(getattr(self.out, "isatty", lambda: False)())
+        self.region = terminal() if out is None else LiveRegion(out)
+        self.live = self.region.live
         self.interval = interval
         self.log_interval = log_interval
         self._tables: dict[str, TableProgress] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._drawn = 0
         self._last_log = 0.0
 
     def start(self, qualified: str, run_id: str, estimated_rows: int) -> None:
@@ -178,51 +177,61 @@ class ProgressBoard:
             t.copying = copying
             line = t.line(t.finished)
         log(logger, "copy finished" if not failed else "copy failed", progress=line.strip())
-
-    def snapshot(self) -> list[TableProgress]:
-        with self._lock:
-            return list(self._tables.values())
+        if self.live:
+            self._show()  # not "copying" under its "copy committed" until the next poll
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
 
-    def _active(self) -> bool:
-        with self._lock:
-            return any(t.finished is None for t in self._tables.values())
-
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
         try:
             while not self._stop.wait(self.interval):
-                if conn is None or conn.closed:
-                    try:
-                        conn = copy_connect(self.url, "streambed-copy-progress")
-                        conn.autocommit = True
-                    except Exception:
-                        conn = None
-                        continue
-                try:
-                    rows = conn.execute(
-                        "SELECT a.application_name, p.tuples_processed "
-                        "FROM pg_stat_progress_copy p JOIN pg_stat_activity a USING (pid) "
-                        "WHERE a.application_name LIKE 'streambed-copy %%'"
-                    ).fetchall()
-                except psycopg.Error:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.close()
-                    conn = None
-                    continue
-                self._update(parse_progress(rows))
-                self._show()
-                if not self._active():
-                    self._show(final=True)
+                if self._ended():
                     return
+                conn = self._poll(conn)
+                self._show()
         finally:
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):
                     conn.close()
+
+    def _poll(self, conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any] | None:
+        """Read the copies' counts into the tables; the connection to poll with next (None
+        after a failure: the next poll connects again, and the lines show the last counts)."""
+        try:
+            if conn is None or conn.closed:
+                conn = copy_connect(self.url, "streambed-copy-progress")
+                conn.autocommit = True
+            rows = conn.execute(
+                "SELECT a.application_name, p.tuples_processed "
+                "FROM pg_stat_progress_copy p JOIN pg_stat_activity a USING (pid) "
+                "WHERE a.application_name LIKE 'streambed-copy %%'"
+            ).fetchall()
+        except Exception:  # the source is away: progress is not worth a failure
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+            return None
+        self._update(parse_progress(rows))
+        return conn
+
+    def _ended(self) -> bool:
+        """When every copy has finished: show their last lines once more and leave them on
+        the terminal, forget them, and end the thread (`start` begins another)."""
+        now = time.monotonic()
+        with self._lock:
+            if any(t.finished is None for t in self._tables.values()):
+                return False
+            lines = [t.line(now) for t in self._tables.values()]
+            self._tables.clear()
+            self._thread = None
+        if self.live:
+            self.region.show(lines)
+            self.region.keep()
+        return True
 
     def _update(self, seen: dict[str, dict[int, int]]) -> None:
         now = time.monotonic()
@@ -234,19 +243,15 @@ class ProgressBoard:
                     t.parts[part] = max(t.parts.get(part, 0), rows)
                 t.observe(now)
 
-    def _show(self, final: bool = False) -> None:
+    def _show(self) -> None:
         now = time.monotonic()
         with self._lock:
             tables = [t for t in self._tables.values() if t.finished is None or self.live]
-            lines = [t.line(now) for t in tables]
+            tables.sort(key=lambda t: t.finished is not None)  # running first: a short
+            lines = [t.line(now) for t in tables]  # terminal shows those (`LiveRegion.show`)
         if self.live:
-            up = f"\x1b[{self._drawn}F" if self._drawn else ""
-            self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
-            self.out.flush()
-            self._drawn = len(lines)
-            if final:
-                self._drawn = 0
-        elif now - self._last_log >= self.log_interval and not final:
+            self.region.show(lines)
+        elif now - self._last_log >= self.log_interval:
             self._last_log = now
             for line in lines:
                 log(logger, "copy progress", progress=line.strip())
