@@ -237,39 +237,6 @@ def serve(settings: Settings) -> None:
         state.close()
 
 
-def resync(settings: Settings, table: str) -> str:
-    """Ask for `table` (schema.table) to be copied again; a running `streambed run` picks
-    the request up within seconds, otherwise the next start does."""
-    from streambed.errors import ConfigError
-    from streambed.names import name_parts, table_selected
-
-    parts = name_parts(table)
-    if parts is None or len(parts) != 2:
-        raise ConfigError(
-            f"resync needs a schema-qualified table name (public.orders), not {table!r}; "
-            'a part holding a dot goes in double quotes (public."dot.ted")'
-        )
-    schema, name = parts
-    if not table_selected(schema, name, settings.include_tables, settings.exclude_tables):
-        raise ConfigError(
-            f"{schema}.{name} is left out by STREAMBED_INCLUDE_TABLES="
-            f"{','.join(settings.include_tables)} / STREAMBED_EXCLUDE_TABLES="
-            f"{','.join(settings.exclude_tables)}: streambed does not stream it, so a copy "
-            "would be stale at once. Change the settings to include it; the next start "
-            "copies it"
-        )
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    state = StateStore(settings.state_path)
-    try:
-        state.request_resync(schema, name)
-    finally:
-        state.close()
-    return (
-        f"resync of {schema}.{name} requested: a running `streambed run` copies it again "
-        "within seconds (otherwise the next start does); `streambed status` shows its state\n"
-    )
-
-
 def sweep(settings: Settings, older_than: float | None, *, dry_run: bool, out: TextIO) -> None:
     """Delete (`dry_run`: list) each table's unreferenced data and metadata files older than
     `older_than` seconds (None: `STREAMBED_SWEEP_MIN_AGE`; `streambed.lake.sweep`); writes

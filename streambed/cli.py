@@ -49,13 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     resync = commands.add_parser(
         "resync",
-        help="copy one table again from the source, online",
-        description="Copy TABLE again under a fresh snapshot while the other tables keep "
-        "streaming. The request is recorded in the state store; a running `streambed run` "
-        "starts the copy within seconds, otherwise the next start does. Changes to TABLE "
-        "made during the copy are applied once it commits.",
+        help="copy tables again from the source, online",
+        description="Copy each TABLE again under a fresh snapshot while the other tables "
+        "keep streaming. The request is recorded in the state store; a running `streambed "
+        "run` starts the copy within seconds, otherwise the next start does. Changes made "
+        "to a TABLE during its copy are applied once it commits. A name the source does "
+        "not stream is refused, and nothing is requested.",
     )
-    resync.add_argument("table", metavar="TABLE", help="schema-qualified name: public.orders")
+    resync.add_argument(
+        "tables",
+        metavar="TABLE",
+        nargs="+",
+        help='schema-qualified name as SQL writes it: public.orders, "Sales"."Order Items"',
+    )
     sweep = commands.add_parser(
         "sweep",
         help="delete data and metadata files no snapshot references (left by crashes, "
@@ -122,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "serve":
             app.serve(settings)
         elif args.command == "resync":
-            sys.stdout.write(app.resync(settings, args.table))
+            from streambed.resync import request
+
+            sys.stdout.write(request(settings, args.tables))
         elif args.command == "sweep":
             seconds = None if args.older_than is None else args.older_than * 3600
             app.sweep(settings, seconds, dry_run=args.dry_run, out=sys.stdout)

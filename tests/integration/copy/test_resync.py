@@ -11,6 +11,7 @@ import uuid
 import psycopg
 import pytest
 
+from streambed.state import StateStore
 from tests.fixtures.postgres import PgDatabase
 from tests.integration.copy.test_initial_copy import TABLES, Writer, _all_ready, _schema, _statuses
 from tests.integration.pipeline.conftest import STREAMING_OPTIONS, Deployment
@@ -179,7 +180,22 @@ def test_a_table_that_no_longer_exists_is_forgotten_and_holds_nothing_back(
         conn.execute("INSERT INTO kept VALUES (1, 'a')")
     d.proc.start()
     wait_until(lambda: _all_ready(d, ["public.kept"]), 240, "kept copied", d.proc)
-    _resync(d, "public.vanished")  # e.g. dropped between a failed copy and its resync
+    # The command refuses it (the source does not stream it)...
+    refused = subprocess.run(
+        [sys.executable, "-m", "streambed.cli", "resync", "public.vanished"],
+        env={**os.environ, **d.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 2 and "public.vanished (did you mean public.kept?)" in (
+        refused.stderr
+    )
+    # ... but one recorded while the source could not be asked, or for a table dropped
+    # since (between a failed copy and its resync), reaches the running process.
+    with StateStore(d.settings.state_path) as state:
+        state.request_resync("public", "vanished")
     wait_until(
         lambda: "resync ignored: the table is not streamed" in d.proc.logs(),
         120,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from streambed import app
 from streambed.config import Settings
 from streambed.errors import ConfigError
+from streambed.resync import request
 from streambed.state import StateStore
 
 
@@ -26,7 +26,9 @@ def test_the_named_table_is_requested(
     argument: str, requested: tuple[str, str], tmp_path: Path
 ) -> None:
     settings = Settings(source_url="postgresql://unused", data_dir=tmp_path)
-    assert "resync of" in app.resync(settings, argument)
+    reply = request(settings, [argument])
+    assert "resync of" in reply
+    assert "note: the source could not be asked whether it streams them" in reply
     with StateStore(settings.state_path) as state:
         assert state.take_resync_requests() == [requested]
 
@@ -35,5 +37,5 @@ def test_the_named_table_is_requested(
 def test_what_is_not_schema_dot_table_is_refused(argument: str, tmp_path: Path) -> None:
     settings = Settings(source_url="postgresql://unused", data_dir=tmp_path)
     with pytest.raises(ConfigError, match=r'schema-qualified table name.*public\."dot\.ted"'):
-        app.resync(settings, argument)
+        request(settings, [argument])
     assert not settings.state_path.exists()
