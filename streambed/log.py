@@ -143,7 +143,9 @@ class LiveRegion:
 
 def fit(line: str, width: int) -> str:
     """`line` cut to fewer than `width` columns (wide characters take two), so it never
-    wraps, nor leaves the cursor in the last column."""
+    wraps, nor leaves the cursor in the last column. A width not known (0): as it is."""
+    if width <= 0:
+        return line
     used = 0
     for i, c in enumerate(line):
         used += 0 if unicodedata.combining(c) else _columns(c)

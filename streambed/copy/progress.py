@@ -181,9 +181,12 @@ class ProgressBoard:
             self._show()  # not "copying" under its "copy committed" until the next poll
 
     def close(self) -> None:
+        """Stop following the copies; lines on a terminal stay as they were last drawn."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        thread = self._thread
+        if thread is not None:
+            thread.join(5)
+        self.region.keep()  # not drawn again under the shutdown's log lines
 
     def _run(self) -> None:
         conn: psycopg.Connection[Any] | None = None

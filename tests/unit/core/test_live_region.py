@@ -110,6 +110,9 @@ def test_log_lines_from_other_threads_go_above_the_progress_and_the_last_lines_s
             board._show()
             assert term.lines()[-1].split()[:2] == ["public.later", "starting"]
             assert sum("public.big" in line for line in term.lines()) == 2  # its log line too
+            board.close()  # a stop during a copy: its last lines stay, under no log line
+            logger.warning("stopping")
+            assert [line.split()[-1] for line in term.lines()[-2:]] == ["-", "stopping"]
         finally:
             board.close()
             streambed.removeHandler(handler)
