@@ -155,7 +155,9 @@ def _alike(catalog: Catalog, relation: Relation) -> list[str]:
         for identifier in catalog.list_tables(namespace):
             if identifier == (relation.namespace, relation.name) or folded(identifier[-1]) != name:
                 continue
-            with contextlib.suppress(NoSuchTableError):
+            # One that cannot be loaded (dropped meanwhile, or its metadata is gone) does
+            # not keep this table from being created.
+            with contextlib.suppress(NoSuchTableError, OSError):
                 locations.append(catalog.load_table(identifier).location())
     return locations
 
