@@ -141,12 +141,13 @@ def _location(catalog: Catalog, relation: Relation) -> str | None:
     if not isinstance(catalog, SqlCatalog) or not warehouse:
         return None
     location = table_location(warehouse, relation.namespace, relation.name)
-    return separate(location, lambda: _alike(catalog, relation))
+    return separate(location, lambda: _alike(catalog, warehouse, relation))
 
 
-def _alike(catalog: Catalog, relation: Relation) -> list[str]:
+def _alike(catalog: Catalog, warehouse: str, relation: Relation) -> list[str]:
     """The locations of the catalog's other tables whose schema and name `folded` does not
-    tell from `relation`'s (a case-insensitive filesystem would give them one directory)."""
+    tell from `relation`'s (a case-insensitive filesystem would give them one directory).
+    One whose metadata cannot be read counts as where streambed places it."""
     schema, name = folded(relation.namespace), folded(relation.name)
     locations = []
     for namespace in catalog.list_namespaces():
@@ -155,10 +156,12 @@ def _alike(catalog: Catalog, relation: Relation) -> list[str]:
         for identifier in catalog.list_tables(namespace):
             if identifier == (relation.namespace, relation.name) or folded(identifier[-1]) != name:
                 continue
-            # One that cannot be loaded (dropped meanwhile, or its metadata is gone) does
-            # not keep this table from being created.
-            with contextlib.suppress(NoSuchTableError, OSError):
+            try:
                 locations.append(catalog.load_table(identifier).location())
+            except NoSuchTableError:  # dropped meanwhile
+                continue
+            except OSError:
+                locations.append(table_location(warehouse, namespace[0], identifier[-1]))
     return locations
 
 

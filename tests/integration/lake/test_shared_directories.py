@@ -99,3 +99,15 @@ def test_tables_that_share_a_directory_are_not_swept(tmp_path: Path) -> None:
     assert all(_exists(f) for f in lower_files + upper_files + stray)
     assert _ids(settings, "user") == list(range(0, 10))
     assert _ids(settings, "User") == list(range(100, 105))
+
+
+def test_a_table_whose_metadata_is_gone_still_keeps_its_directory(tmp_path: Path) -> None:
+    settings = Settings(source_url="postgresql://unused", data_dir=tmp_path)
+    lower, _ = _table(settings, "user", 16384, range(0, 3))
+    directory = Path(split_uri(lower.location())[1])
+    for metadata in (directory / "metadata").glob("*.metadata.json"):
+        metadata.unlink()  # `public.user` can no longer be loaded
+    (directory.parent / "User").symlink_to(directory.name)
+    upper, _ = _table(settings, "User", 16385, range(100, 103))
+    assert upper.location() == f"{lower.location().removesuffix('user')}User~~2"
+    assert _ids(settings, "User") == [100, 101, 102]
