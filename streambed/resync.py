@@ -15,8 +15,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-import psycopg
-
 from streambed.config import Settings
 from streambed.errors import ConfigError, StreambedError
 from streambed.names import name_parts, qualified, table_selected
@@ -73,32 +71,20 @@ def _streamed(settings: Settings) -> tuple[set[Name] | None, str]:
     from streambed.replication.connection import sql_connect
 
     try:
-        conn = sql_connect(settings.source_url)
+        with sql_connect(settings.source_url) as conn:
+            if not setup.publication_exists(conn, settings.publication):
+                return None, (
+                    f"the publication {settings.publication} does not exist yet: the first "
+                    "start creates it and copies every table it publishes"
+                )
+            members = setup.memberships(
+                conn, settings.publication, settings.include_tables, settings.exclude_tables
+            )
     except StreambedError as e:
         return None, (
             f"the source could not be asked whether it streams them ({e}); a running "
             "streambed copies those it streams and logs a warning for any other"
         )
-    try:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)
-        ).fetchone()
-    except psycopg.Error as e:
-        conn.close()
-        return None, f"the source could not be asked whether it streams them ({e})"
-    try:
-        if exists is None:
-            return None, (
-                f"the publication {settings.publication} does not exist yet: the first "
-                "start creates it and copies every table it publishes"
-            )
-        members = setup.memberships(
-            conn, settings.publication, settings.include_tables, settings.exclude_tables
-        )
-    except StreambedError as e:
-        return None, f"the source could not be asked whether it streams them ({e})"
-    finally:
-        conn.close()
     return set(members), ""
 
 

@@ -74,12 +74,12 @@ def separate(location: str, others: Callable[[], Iterable[str]]) -> str:
     scheme, path = split_uri(location)
     if scheme != "file" or not os.path.isdir(path):
         return location  # S3 and most local filesystems tell every name apart
-    taken = [split_uri(uri)[1] for uri in others() if split_uri(uri)[0] == "file"]
-    candidate, n = location, 1
-    while any(same_directory(split_uri(candidate)[1], p) for p in taken):
+    taken = [other for kind, other in map(split_uri, others()) if kind == "file"]
+    n, suffix = 1, ""
+    while any(same_directory(path + suffix, other) for other in taken):
         n += 1
-        candidate = f"{location}{APART}{n}"
-    return candidate
+        suffix = f"{APART}{n}"
+    return location + suffix
 
 
 def same_directory(a: str, b: str) -> bool:

@@ -186,6 +186,10 @@ def ensure_publication(conn: SQLConnection, publication: str) -> PublicationResu
     )
 
 
+def publication_exists(conn: SQLConnection, publication: str) -> bool:
+    return _publication(conn, publication) is not None
+
+
 def _publication(conn: SQLConnection, publication: str) -> PublicationResult | None:
     rows = _run(
         conn,
