@@ -337,11 +337,11 @@ def sweep(
         except OSError as e:  # its metadata cannot be read: this table is not swept
             reason = f"cannot load the table: {' '.join(str(e).split())}"
             results.append(_refused(f"{schema}.{name}", reason))
-    shared = shared_directories({f"{s}.{n}": t.location() for s, n, _, t in loaded})
+    shared = shared_directories({(s, n): t.location() for s, n, _, t in loaded})
     for schema, name, metadata_location, table in loaded:
         qualified, key = f"{schema}.{name}", watermark_key(schema, name)
-        if qualified in shared:
-            results.append(_refused(qualified, shared[qualified]))
+        if (schema, name) in shared:
+            results.append(_refused(qualified, shared[(schema, name)]))
             continue
         results.append(
             sweep_table(
@@ -362,11 +362,13 @@ def _refused(table: str, reason: str) -> TableSweep:
     return TableSweep(table, [], 0, 0, refused=reason)
 
 
-def shared_directories(locations: Mapping[str, str]) -> dict[str, str]:
-    """For each table of `locations` (name → lake table location) whose directory is also
-    another's, why it is not swept. Local directories are compared as the filesystem
-    resolves them (`User` and `user` are one on macOS), S3 keys as they are written."""
-    groups: dict[object, list[str]] = {}
+def shared_directories(
+    locations: Mapping[tuple[str, str], str],
+) -> dict[tuple[str, str], str]:
+    """For each table of `locations` ((schema, name) → lake table location) whose directory
+    is also another's, why it is not swept. Local directories are compared as the
+    filesystem resolves them (`User` and `user` are one on macOS), S3 keys as written."""
+    groups: dict[object, list[tuple[str, str]]] = {}
     for table, location in locations.items():
         scheme, path = split_uri(location)
         key: object = (scheme, path.rstrip("/"))
@@ -378,7 +380,7 @@ def shared_directories(locations: Mapping[str, str]) -> dict[str, str]:
     reasons = {}
     for tables in groups.values():
         for table in tables if len(tables) > 1 else ():
-            others = ", ".join(t for t in tables if t != table)
+            others = ", ".join(f"{s}.{n}" for s, n in tables if (s, n) != table)
             reasons[table] = (
                 f"its lake table's directory {locations[table]} is also the lake table "
                 f"directory of {others} (a filesystem that does not tell their names apart, "
