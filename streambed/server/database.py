@@ -42,8 +42,10 @@ from streambed.server import (
     catalog,
     cursors,
     extract,
+    guard,
     numeric,
     pgtypes,
+    redact,
     rewrite,
     sqlparse,
     timetravel,
@@ -132,11 +134,19 @@ class DatabaseSettings:
 class QueryError(Exception):
     """An error to report to the client as an ErrorResponse with this SQLSTATE."""
 
-    def __init__(self, message: str, sqlstate: str = "XX000", *, hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        sqlstate: str = "XX000",
+        *,
+        hint: str | None = None,
+        position: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.sqlstate = sqlstate
         self.hint = hint
+        self.position = position  # 1-based character offset in the statement, as Postgres
 
     @property
     def severity(self) -> str:
@@ -284,35 +294,7 @@ def map_duckdb_error(error: BaseException) -> QueryError:
 
 # ---- statement classification ------------------------------------------------------------
 
-READ_ONLY_MESSAGE = "streambed is a read-only replica: {what} is not allowed"
-
-_DENIED_DUCKDB_TYPES = {
-    "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "COPY", "ATTACH", "DETACH",
-    "LOAD", "EXPORT", "PRAGMA", "SET", "VARIABLE_SET", "CREATE_FUNC", "TRANSACTION", "VACUUM",
-    "ANALYZE", "CALL", "PREPARE", "EXECUTE", "RELATION", "LOGICAL_PLAN", "EXTENSION", "MERGE",
-    "MERGE_INTO", "COPY_DATABASE", "UPDATE_EXTENSIONS", "MULTI", "DETACH_DATABASE",
-}  # fmt: skip
-_DENIED_KEYWORDS = {
-    "IMPORT", "EXPORT", "ATTACH", "DETACH", "INSTALL", "LOAD", "PRAGMA", "COPY", "CALL",
-    "FORCE", "UPDATE", "USE", "CREATE", "DROP", "ALTER", "INSERT", "DELETE", "VACUUM",
-}  # fmt: skip
-_ALLOWED_DUCKDB_TYPES = {"SELECT", "EXPLAIN"}
-
-# Table functions that read files; allowed only on paths inside the warehouse.
-_FILE_FUNCTIONS = {
-    "read_csv", "read_csv_auto", "read_parquet", "parquet_scan", "read_json", "read_json_auto",
-    "read_json_objects", "read_json_objects_auto", "read_ndjson", "read_ndjson_auto",
-    "read_ndjson_objects", "read_text", "read_blob", "glob", "sniff_csv", "parquet_metadata",
-    "parquet_schema", "parquet_file_metadata", "parquet_kv_metadata", "parquet_bloom_probe",
-    "read_xlsx", "sqlite_scan", "sqlite_attach", "postgres_scan", "read_avro", "iceberg_scan",
-    "iceberg_metadata", "iceberg_snapshots", "delta_scan", "read_duckdb",
-}  # fmt: skip
-# Functions no reader needs that reach outside the sandbox or the session.
-_DENIED_FUNCTIONS = {
-    "getenv", "duckdb_secrets", "which_secret", "load_aws_credentials", "set_config",
-    "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "lo_import", "lo_export",
-    "query", "query_table",
-}  # fmt: skip
+READ_ONLY_MESSAGE = guard.READ_ONLY_MESSAGE
 
 _TX_TAGS = {
     enums.TransactionStmtKind.TRANS_STMT_BEGIN: "BEGIN",
@@ -326,19 +308,6 @@ _TX_TAGS = {
     enums.TransactionStmtKind.TRANS_STMT_COMMIT_PREPARED: "COMMIT PREPARED",
     enums.TransactionStmtKind.TRANS_STMT_ROLLBACK_PREPARED: "ROLLBACK PREPARED",
 }
-
-_STATEMENT_NAMES = {
-    "InsertStmt": "INSERT", "UpdateStmt": "UPDATE", "DeleteStmt": "DELETE", "MergeStmt": "MERGE",
-    "CopyStmt": "COPY", "CreateStmt": "CREATE TABLE", "CreateTableAsStmt": "CREATE TABLE AS",
-    "ViewStmt": "CREATE VIEW", "DropStmt": "DROP", "AlterTableStmt": "ALTER TABLE",
-    "TruncateStmt": "TRUNCATE", "CreateSchemaStmt": "CREATE SCHEMA", "IndexStmt": "CREATE INDEX",
-    "CreateFunctionStmt": "CREATE FUNCTION", "LoadStmt": "LOAD", "VacuumStmt": "VACUUM",
-    "GrantStmt": "GRANT", "CreateSeqStmt": "CREATE SEQUENCE", "DoStmt": "DO",
-    "CallStmt": "CALL", "RenameStmt": "ALTER ... RENAME", "CreateRoleStmt": "CREATE ROLE",
-    "CreatedbStmt": "CREATE DATABASE", "DropdbStmt": "DROP DATABASE", "CheckPointStmt":
-    "CHECKPOINT", "LockStmt": "LOCK", "CommentStmt": "COMMENT", "RefreshMatViewStmt":
-    "REFRESH MATERIALIZED VIEW", "ClusterStmt": "CLUSTER", "ReindexStmt": "REINDEX",
-}  # fmt: skip
 
 # Session settings a client may SET; value = default shown by SHOW.
 DEFAULT_SETTINGS: dict[str, str] = {
@@ -461,6 +430,11 @@ class LakeDatabase:
         if settings.threads:
             config["threads"] = settings.threads
         self._conn = duckdb.connect(":memory:", config=config)
+        self.redactor = redact.Redactor(
+            settings.warehouse_path,
+            [self._scratch.name, *settings.extra_allowed_paths],
+            [settings.s3_access_key_id, settings.s3_secret_access_key],
+        )
         self._metadata_cache: dict[str, _Shape] = {}
         # A view's (name, DuckDB type) columns, by table uuid and Iceberg schema id: a commit
         # that adds rows keeps its table's schema, and is not described again.
@@ -506,6 +480,8 @@ class LakeDatabase:
         conn.execute(f"SET allowed_directories = [{listed}]")
         conn.execute("SET enable_external_access = false")
         conn.execute("SET allow_community_extensions = false")
+        # every macro streambed made (catalog functions included) is on the allow-list
+        self.macros = guard.Macros.of(conn.execute(guard.MACROS_QUERY).fetchall())
         # No lock_configuration: it would also lock each session's TimeZone, which DuckDB's
         # ICU functions (date_trunc, ::date, extract on timestamptz) compute in. The sandbox
         # holds without it: DuckDB refuses to turn external access, allowed_directories,
@@ -660,14 +636,23 @@ def _ident(name: str) -> str:
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split a simple-query string into statements (Postgres lexer; DuckDB as fallback)."""
+    """Split a simple-query string into statements with the Postgres parser; text it cannot
+    parse stays one statement, which `DbSession.execute` answers with the syntax error."""
     try:
         return [s for s in sqlparse.split(sql) if s.strip()]
     except pglast.parser.ParseError:
-        try:
-            return [str(s.query) for s in duckdb.extract_statements(sql)]
-        except duckdb.Error:
-            return [sql]
+        return [sql] if sql.strip() else []
+
+
+def syntax_error(sql: str, error: pglast.parser.ParseError) -> QueryError:
+    """Postgres's syntax error for `sql`: its message, and the 1-based character position."""
+    message = str(error.args[0]) if error.args else "syntax error"
+    location = error.args[1] if len(error.args) > 1 else None
+    position = None
+    if isinstance(location, int) and location >= 0:
+        # libpg_query counts bytes; Postgres reports characters
+        position = len(sql.encode()[:location].decode(errors="ignore")) + 1
+    return QueryError(message, "42601", position=position)
 
 
 class DbSession:
@@ -739,10 +724,12 @@ class DbSession:
             return self._execute(sql, list(params or ()))
         except QueryError as e:
             self._fail(e)
+            e.message = self._db.redactor.text(e.message)
             raise
         except duckdb.Error as e:
             error = self._cancel_error() or map_duckdb_error(e)
             self._fail(error)
+            error.message = self._db.redactor.text(error.message)
             raise error from e
 
     def _fail(self, error: QueryError) -> None:
@@ -765,7 +752,7 @@ class DbSession:
         try:
             statements = sqlparse.parse_sql(sql)
         except pglast.parser.ParseError as e:
-            return self._execute_duckdb_only(sql, params, e)
+            raise syntax_error(sql, e) from e
         if len(statements) != 1:
             if not statements:
                 return QueryResult([], None, "EMPTY")
@@ -793,10 +780,10 @@ class DbSession:
                 [], None, "UNLISTEN" if isinstance(stmt, ast.UnlistenStmt) else "LISTEN"
             )
         if isinstance(stmt, ast.ExplainStmt):
-            self._check_read_only(stmt.query)
+            self._check(stmt.query)
             return self._select(sql, stmt, params, tag="EXPLAIN")
         if isinstance(stmt, ast.SelectStmt):
-            self._check_read_only(stmt)
+            self._check(stmt)
             return self._select(sql, stmt, params, tag="SELECT")
         if isinstance(stmt, ast.DeclareCursorStmt):
             return self._declare(stmt, params)
@@ -809,86 +796,21 @@ class DbSession:
                 "SQL-level PREPARE/EXECUTE is not supported; use the extended query protocol",
                 "0A000",
             )
-        what = _STATEMENT_NAMES.get(type(stmt).__name__, type(stmt).__name__)
-        raise QueryError(READ_ONLY_MESSAGE.format(what=what), "25006")
+        raise QueryError(READ_ONLY_MESSAGE.format(what=guard.statement_name(stmt)), "25006")
 
-    def _execute_duckdb_only(
-        self, sql: str, params: list[object], parse_error: pglast.parser.ParseError
-    ) -> QueryResult:
-        """SQL Postgres cannot parse: allowed only if DuckDB sees a plain SELECT."""
-        first_word = (sql.strip().split(None, 1) or [""])[0].upper().rstrip(";")
-        if first_word in _DENIED_KEYWORDS:
-            raise QueryError(READ_ONLY_MESSAGE.format(what=first_word), "42501")
+    def _check(self, stmt: Any) -> None:
+        """The allow-list, on the client's statement as parsed (before any rewrite)."""
+        context = guard.Context(
+            macros=self._db.macros,
+            warehouse=self._db.settings.warehouse_path,
+            database=self.database,
+            search_path=tuple(self._search_path()),
+            serves=self._db.serves,
+        )
         try:
-            extracted = duckdb.extract_statements(sql)
-        except duckdb.Error:
-            raise QueryError(f"syntax error: {parse_error.args[0]}", "42601") from parse_error
-        if len(extracted) != 1:
-            raise QueryError(f"syntax error: {parse_error.args[0]}", "42601") from parse_error
-        kind = str(extracted[0].type).rsplit(".", 1)[-1].upper()
-        if kind not in _ALLOWED_DUCKDB_TYPES:
-            raise QueryError(READ_ONLY_MESSAGE.format(what=kind.replace("_", " ")), "42501")
-        lowered = sql.lower()
-        if re.search(r"\b(from|join)\s+'", lowered):
-            raise QueryError("reading files is not allowed: query the replicated tables", "42501")
-        for name in _FILE_FUNCTIONS | _DENIED_FUNCTIONS:
-            if re.search(rf"\b{name}\s*\(", lowered):
-                raise QueryError(
-                    f"function {name}() is not allowed: query the replicated tables instead",
-                    "42501",
-                )
-        if self._status == "E":
-            raise QueryError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
-        return self._run(sql, params, [], tag="SELECT")
-
-    def _check_read_only(self, stmt: Any) -> None:
-        def visit(node: Any) -> None:
-            name = type(node).__name__
-            if name in _STATEMENT_NAMES:
-                raise QueryError(READ_ONLY_MESSAGE.format(what=_STATEMENT_NAMES[name]), "25006")
-            if isinstance(node, ast.SelectStmt) and node.intoClause is not None:
-                raise QueryError(READ_ONLY_MESSAGE.format(what="SELECT INTO"), "25006")
-            if isinstance(node, ast.SelectStmt) and node.lockingClause:
-                raise QueryError(READ_ONLY_MESSAGE.format(what="SELECT FOR UPDATE"), "25006")
-            if isinstance(node, ast.FuncCall):
-                fname = rewrite._strings(node.funcname)[-1].lower()
-                if fname in _DENIED_FUNCTIONS:
-                    raise QueryError(f"function {fname}() is not allowed", "42501")
-                if fname in _FILE_FUNCTIONS:
-                    self._check_file_argument(fname, node)
-            relname = node.relname or "" if isinstance(node, ast.RangeVar) else ""
-            if ("/" in relname or "." in relname) and not self._replicated(node):
-                raise QueryError(
-                    f'reading files is not allowed: "{relname}" is not a table', "42501"
-                )
-
-        rewrite._walk(stmt, visit)
-
-    def _replicated(self, node: ast.RangeVar) -> bool:
-        """Whether `node` names a replicated table (a name with `/` or `.` is one Postgres
-        allows): DuckDB finds it in its catalog, in the named schema or the search path,
-        and never reads a file of that name instead."""
-        name = node.relname or ""
-        if node.schemaname:
-            return self._db.serves(node.schemaname, name)
-        return any(self._db.serves(schema, name) for schema in self._search_path())
-
-    def _check_file_argument(self, name: str, node: ast.FuncCall) -> None:
-        args = node.args or ()
-        first = args[0] if args else None
-        path = None
-        if isinstance(first, ast.A_Const) and isinstance(first.val, ast.String):
-            path = first.val.sval
-        root = self._db.settings.warehouse_path.rstrip("/") + "/"
-        if path is None or not _inside(path, root):
-            raise QueryError(
-                f"{name}() may only read the lake's own files; query the replicated tables "
-                f"(e.g. SELECT * FROM public.orders) instead",
-                "42501",
-            )
+            guard.check_statement(stmt, context)
+        except guard.GuardError as e:
+            raise QueryError(e.message, e.sqlstate, hint=e.hint) from e
 
     # -- SELECT ------------------------------------------------------------------------------
 
@@ -980,7 +902,7 @@ class DbSession:
         self._run_on(self._cursor)
         self._start_timer()
         try:
-            opened = self._open_reader(self._cursor, sql, params, names)
+            opened = self._open_reader(self._cursor, sql, params, names, redact=tag == "EXPLAIN")
         except Exception:
             self._stop_timer()
             raise
@@ -998,9 +920,11 @@ class DbSession:
         sql: str,
         params: list[object],
         names: list[str | None],
+        *,
+        redact: bool = False,
     ) -> tuple[list[ColumnInfo], Iterator[pa.RecordBatch]] | None:
         """Start `sql` on `conn`: Postgres column descriptions and the batch stream, or None
-        for a statement without rows."""
+        for a statement without rows. `redact`: strip server paths from the rows (EXPLAIN)."""
         batch_rows = self._db.settings.batch_rows
         if params:
             # Both ways run a parameterized query to the end inside the call; sql() holds
@@ -1030,20 +954,27 @@ class DbSession:
             for i, f in enumerate(reader.schema)
         ]
         schema = pa.schema(fields, metadata=reader.schema.metadata)
-        return columns, self._stream(reader, schema, bool(renames) or bool(texts), texts)
+        stream = self._stream(reader, schema, bool(renames) or bool(texts), texts, redact)
+        return columns, stream
 
     def _stream(
-        self, reader: pa.RecordBatchReader, schema: pa.Schema, rebuild: bool, texts: list[int]
+        self,
+        reader: pa.RecordBatchReader,
+        schema: pa.Schema,
+        rebuild: bool,
+        texts: list[int],
+        redact: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         try:
             while True:
+                self._check_canceled()  # a timeout that fired while the caller sent rows
                 try:
                     batch = reader.read_next_batch()
                 except StopIteration:
                     return
                 except duckdb.Error as e:
                     raise self._cancel_error() or map_duckdb_error(e) from e
-                except pa.ArrowException as e:
+                except Exception as e:  # the Arrow reader raises OSError for an interrupt
                     cancel = self._cancel_error()
                     if cancel is not None:
                         raise cancel from e
@@ -1053,13 +984,19 @@ class DbSession:
                     for i in texts:  # flatten() keeps the struct's NULLs
                         arrays[i] = arrays[i].flatten()[1]
                     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-                yield batch
+                yield self._db.redactor.batch(batch) if redact else batch
         except QueryError as error:
             self._fail(error)
+            error.message = self._db.redactor.text(error.message)
             raise
         finally:
             self._stop_timer()
             reader.close()
+
+    def _check_canceled(self) -> None:
+        error = self._cancel_error()
+        if error is not None:
+            raise error
 
     def _run_on(self, connection: duckdb.DuckDBPyConnection) -> None:
         """The statement runs on `connection` (what cancel and the timeout interrupt)."""
@@ -1175,7 +1112,7 @@ class DbSession:
         query = stmt.query
         if not isinstance(query, ast.SelectStmt):
             raise QueryError("DECLARE CURSOR must be followed by a SELECT", "42601")
-        self._check_read_only(query)
+        self._check(query)
         text, params, names = self._prepare_select(None, query, params)
         # its own DuckDB connection: the session's next statements must not end its result
         conn = self._cursor.cursor()
@@ -1394,14 +1331,6 @@ def _param_count(stmt: ast.Node) -> int:
 
     rewrite._walk(stmt, visit)
     return highest
-
-
-def _inside(path: str, root: str) -> bool:
-    path = path.removeprefix("file://")  # the lake's URIs are not percent-encoded
-    if "://" in root:
-        return path.startswith(root)
-    resolved = str(Path(path).resolve())
-    return (resolved + "/").startswith(str(Path(root).resolve()) + "/")
 
 
 def _show_duration(value: str) -> str:

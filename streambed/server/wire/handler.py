@@ -93,11 +93,14 @@ class Database(Protocol):
 class SqlError(Exception):
     """An error reported to the client as an ErrorResponse with this SQLSTATE."""
 
-    def __init__(self, sqlstate: str, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, sqlstate: str, message: str, *, hint: str | None = None, position: int | None = None
+    ) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
         self.message = message
         self.hint = hint
+        self.position = position
 
 
 def _from_exception(error: BaseException) -> SqlError:
@@ -106,7 +109,8 @@ def _from_exception(error: BaseException) -> SqlError:
     sqlstate = getattr(error, "sqlstate", None)
     message = getattr(error, "message", None) or str(error)
     if isinstance(sqlstate, str) and len(sqlstate) == 5:
-        return SqlError(sqlstate, str(message), hint=getattr(error, "hint", None))
+        hint, position = getattr(error, "hint", None), getattr(error, "position", None)
+        return SqlError(sqlstate, str(message), hint=hint, position=position)
     return SqlError("XX000", str(message) or type(error).__name__)
 
 
@@ -594,7 +598,9 @@ class ConnectionHandler:
 
 
 def _error(error: SqlError) -> bytes:
-    return messages.error_response(error.sqlstate, error.message, hint=error.hint)
+    return messages.error_response(
+        error.sqlstate, error.message, hint=error.hint, position=error.position
+    )
 
 
 def _select_tag(tag: str, rows: int) -> str:

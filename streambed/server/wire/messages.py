@@ -420,12 +420,21 @@ def parameter_description(oids: Iterable[int]) -> bytes:
     )
 
 
-def _fields(severity: str, sqlstate: str, text: str, detail: str | None, hint: str | None) -> bytes:
+def _fields(
+    severity: str,
+    sqlstate: str,
+    text: str,
+    detail: str | None,
+    hint: str | None,
+    position: int | None = None,
+) -> bytes:
     parts = [b"S", cstr(severity), b"V", cstr(severity), b"C", cstr(sqlstate), b"M", cstr(text)]
     if detail:
         parts += [b"D", cstr(detail)]
     if hint:
         parts += [b"H", cstr(hint)]
+    if position:
+        parts += [b"P", cstr(str(position))]
     parts.append(b"\x00")
     return b"".join(parts)
 
@@ -437,8 +446,9 @@ def error_response(
     severity: str = "ERROR",
     detail: str | None = None,
     hint: str | None = None,
+    position: int | None = None,
 ) -> bytes:
-    return message(ERROR_RESPONSE, _fields(severity, sqlstate, text, detail, hint))
+    return message(ERROR_RESPONSE, _fields(severity, sqlstate, text, detail, hint, position))
 
 
 def notice_response(sqlstate: str, text: str, *, severity: str = "NOTICE") -> bytes:

@@ -1,5 +1,6 @@
-"""Statement boundaries, read with the Postgres scanner (pglast), never by substring: how a
-simple Query splits into statements and how many `$n` placeholders a statement has.
+"""Statement boundaries, read with the Postgres parser and scanner (pglast), never by
+substring: how a simple Query splits into statements and how many `$n` placeholders a
+statement has.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from streambed.server import sqlparse
 
 
 def split(sql: str) -> list[str]:
-    """Statements of a simple Query, without empty ones. Scanner-based, so DuckDB-only syntax
-    splits too; text the scanner rejects (an unterminated quote) is one statement, and the
-    database reports its syntax error."""
+    """Statements of a simple Query, without empty ones, split by the Postgres parser. Text
+    it cannot parse anywhere in the string stays one statement, so the database answers it
+    with Postgres's syntax error (and position) and, as in Postgres, no part of it runs."""
     try:
-        return [s for s in sqlparse.split(sql, with_parser=False) if s.strip()]
+        return [s for s in sqlparse.split(sql) if s.strip()]
     except parser.ParseError:
         return [sql] if sql.strip() else []
 
