@@ -645,13 +645,12 @@ def split_statements(sql: str) -> list[str]:
 
 
 def syntax_error(sql: str, error: pglast.parser.ParseError) -> QueryError:
-    """Postgres's syntax error for `sql`: its message, and the 1-based character position."""
+    """Postgres's syntax error for `sql`: its message and 1-based character position."""
     message = str(error.args[0]) if error.args else "syntax error"
     location = error.args[1] if len(error.args) > 1 else None
     position = None
     if isinstance(location, int) and location >= 0:
-        # libpg_query counts bytes; Postgres reports characters
-        position = len(sql.encode()[:location].decode(errors="ignore")) + 1
+        position = location + 1  # pglast counts characters from 0
     return QueryError(message, "42601", position=position)
 
 

@@ -10,9 +10,9 @@ before DuckDB sees it (and before the rewrite, which adds DuckDB calls of its ow
   the relations of streambed's own catalog schemas, and the query's own CTEs. Anything else
   is `relation ... does not exist` (42P01), as DuckDB's own system views are not there for a
   client; a name that looks like a file path is refused with 42501.
-- Table functions (in FROM): `TABLE_FUNCTIONS`, streambed's time-travel functions
-  `streambed.at_*`, the table macros streambed creates, and the file readers in
-  `WAREHOUSE_READERS` on a constant path inside the warehouse.
+- Table functions (in FROM; nothing else may stand there): `TABLE_FUNCTIONS`, streambed's
+  time-travel functions `streambed.at_*`, the table macros streambed creates, and the file
+  readers in `WAREHOUSE_READERS` on a constant path inside the warehouse.
 - Scalar, aggregate and window functions: `allowed_functions.SCALAR_FUNCTIONS`, the macros
   streambed creates (found in DuckDB at startup, so every catalog macro is allowed as soon
   as it exists), and the Postgres functions the rewrite always replaces (`REWRITTEN`).
@@ -360,11 +360,15 @@ class _Checker:
         if name in WAREHOUSE_READERS:
             self.file_argument(name, node)
             return
-        allowed = SCALAR_FUNCTIONS | SPECIAL_FORMS | SQL_SYNTAX | macros.names
         if table:
-            allowed = allowed | TABLE_FUNCTIONS | macros.table_names
+            # only table functions: DuckDB has table macros named like aggregates
+            # (histogram(table_name, column) reads any relation named by a string)
+            allowed = TABLE_FUNCTIONS | macros.table_names
+        else:
+            allowed = SCALAR_FUNCTIONS | SPECIAL_FORMS | SQL_SYNTAX | macros.names
         if name not in allowed:
-            raise GuardError(f"function {shown}() does not exist", "42883", _HINT)
+            kind = "table function" if table else "function"
+            raise GuardError(f"{kind} {shown}() does not exist", "42883", _HINT)
 
     def file_argument(self, name: str, node: ast.FuncCall) -> None:
         args = node.args or ()

@@ -117,6 +117,12 @@ def lines_rows(pairs: list[tuple[int, int]]) -> pa.Table:
 
 @pytest.fixture
 def lake(tmp_path: Path) -> Lake:
+    return make_lake(tmp_path)
+
+
+def make_lake(tmp_path: Path) -> Lake:
+    """public.orders, sales.order_lines and sales.customers in a new warehouse under
+    `tmp_path` (also for module-scoped fixtures)."""
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
     catalog = SqlCatalog(

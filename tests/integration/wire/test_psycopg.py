@@ -141,7 +141,7 @@ def test_binary_results_match_text_results(server: QueryServer) -> None:
             binary_rows = cur.execute(query).fetchall()
         extra = (
             "SELECT 1.5::decimal(38,10), -0.001::decimal(5,3), interval '1 day 2 hours', "
-            "time '01:02:03.5', gen_random_uuid() IS NOT NULL, [1, 2], ['a', NULL]"
+            "time '01:02:03.5', gen_random_uuid() IS NOT NULL, ARRAY[1, 2], ARRAY['a', NULL]"
         )
         text_extra = c.execute(extra).fetchone()
         with c.cursor(binary=True) as cur:

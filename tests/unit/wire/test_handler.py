@@ -123,6 +123,11 @@ def E(sqlstate: str) -> Expect:
     return Expect(b"E", lambda b: messages.parse_error_fields(b)["C"], sqlstate)
 
 
+def _error_at(body: bytes) -> tuple[str | None, str | None, str | None]:
+    fields = messages.parse_error_fields(body)
+    return fields.get("C"), fields.get("M"), fields.get("P")
+
+
 def Z(status: str) -> Expect:
     return Expect(b"Z", lambda b: b.decode(), status)
 
@@ -174,6 +179,35 @@ CASES: list[tuple[str, bytes, list[Expect]]] = [
         "an error stops the rest of a multi-statement Query",
         query("select 1 as a; select * from nope; select 3"),
         [T(("a", INT4)), D(b"1"), C("SELECT 1"), E("42P01"), Z("I")],
+    ),
+    (
+        # Postgres parses the whole Query string first: a syntax error anywhere runs nothing
+        "a syntax error in a multi-statement Query runs none of it",
+        query("select 1 as a; SELEC 2; select 3"),
+        [Expect(b"E", _error_at, ("42601", 'syntax error at or near "SELEC"', "16")), Z("I")],
+    ),
+    ("DuckDB-only statements are syntax errors", query("DESCRIBE t"), [E("42601"), Z("I")]),
+    ("INSTALL is a syntax error", query("install httpfs"), [E("42601"), Z("I")]),
+    ("PRAGMA is a syntax error", query("pragma threads = 1"), [E("42601"), Z("I")]),
+    (
+        "a refused function stops the rest of a multi-statement Query",
+        query("select 1 as a; select * from pandas_scan(NULL); select 3"),
+        [T(("a", INT4)), D(b"1"), C("SELECT 1"), E("42501"), Z("I")],
+    ),
+    (
+        "a syntax error fails the open transaction block",
+        query("begin") + query("SELEC 1") + query("select 1") + query("rollback"),
+        [C("BEGIN"), Z("T"), E("42601"), Z("E"), E("25P02"), Z("E"), C("ROLLBACK"), Z("I")],
+    ),
+    (
+        "a syntax error in Parse is answered at Execute, with its position",
+        parse("select 1 from t where x = = 1") + bind() + execute() + SYNC,
+        [
+            just("1"),
+            just("2"),
+            Expect(b"E", _error_at, ("42601", 'syntax error at or near "="', "27")),
+            Z("I"),
+        ],
     ),
     (
         "count(*) keeps rows streaming without a cap",
