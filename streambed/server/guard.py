@@ -6,8 +6,9 @@ before DuckDB sees it (and before the rewrite, which adds DuckDB calls of its ow
   DEALLOCATE, LISTEN/UNLISTEN) are answered by the session itself. Anything else that
   Postgres parses is a write or an administrative command: refused with 25006.
 - Relations: the replicated tables (as Postgres resolves them: the named schema, or the
-  session's search_path), the pg_catalog / information_schema relations streambed serves,
-  the relations of streambed's own catalog schemas, and the query's own CTEs. Anything else
+  session's search_path), the pg_catalog / information_schema relations streambed serves
+  (and a few of DuckDB's information_schema views, `DUCKDB_INFORMATION_SCHEMA`), the
+  relations of streambed's own catalog schemas, and the query's own CTEs. Anything else
   is `relation ... does not exist` (42P01), as DuckDB's own system views are not there for a
   client; a name that looks like a file path is refused with 42501.
 - Table functions (in FROM; nothing else may stand there): `TABLE_FUNCTIONS`, streambed's
@@ -27,7 +28,7 @@ other schema must be one of streambed's with a macro of that name.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +139,26 @@ DENIED_PREFIXES = {"duckdb_": _SETTINGS, "pragma_": _SETTINGS}
 
 BUILTIN_SCHEMAS = frozenset({"pg_catalog", "information_schema", "main"})
 
+# DuckDB's own information_schema views that streambed does not serve itself: they describe
+# no server path or setting (empty here, or the UTF8 character set), and clients read them.
+DUCKDB_INFORMATION_SCHEMA = frozenset(
+    {
+        "character_sets",
+        "check_constraints",
+        "constraint_column_usage",
+        "constraint_table_usage",
+        "referential_constraints",
+    }
+)
+
 READ_ONLY_MESSAGE = "streambed is a read-only replica: {what} is not allowed"
 _HINT = "the query server allows the SQL listed in docs/query-server.md (Allowed SQL)"
 
 
-def rewritten() -> frozenset[str]:
-    """Postgres functions the rewrite always replaces before DuckDB runs anything (by their
-    exact, case-sensitive name, as the rewrite matches them)."""
-    return catalog.COMPAT_FUNCTIONS | catalog.SESSION_FUNCTIONS | {"_pg_expandarray"}
+# Postgres functions the rewrite always replaces before DuckDB runs anything, by their exact
+# (case-sensitive) name, as the rewrite matches them: a catalog function (COMPAT_FUNCTIONS
+# go to streambed's macros) or a session function answered from the session.
+REWRITTEN = catalog.COMPAT_FUNCTIONS | catalog.SESSION_FUNCTIONS | {"_pg_expandarray"}
 
 
 class GuardError(Exception):
@@ -165,13 +178,14 @@ class Macros:
     scalar: frozenset[tuple[str, str]]  # (schema, name)
     table: frozenset[tuple[str, str]]
 
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset(n for _, n in self.scalar | self.table)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "qualified", self.scalar | self.table)
+        object.__setattr__(self, "names", frozenset(n for _, n in self.qualified))
+        object.__setattr__(self, "table_names", frozenset(n for _, n in self.table))
 
-    @property
-    def table_names(self) -> frozenset[str]:
-        return frozenset(n for _, n in self.table)
+    qualified: frozenset[tuple[str, str]] = field(init=False)
+    names: frozenset[str] = field(init=False)
+    table_names: frozenset[str] = field(init=False)
 
     @classmethod
     def of(cls, rows: Iterable[tuple[str, str, str]]) -> Macros:
@@ -318,7 +332,7 @@ class _Checker:
             if name in catalog.CATALOG_RELATIONS:
                 return
         elif schema == "information_schema":
-            if name in catalog.INFORMATION_SCHEMA_RELATIONS:
+            if name in catalog.INFORMATION_SCHEMA_RELATIONS or name in DUCKDB_INFORMATION_SCHEMA:
                 return
         elif schema in (catalog.SCHEMA, catalog.INFO_SCHEMA) or context.serves(schema, name):
             return
@@ -339,7 +353,7 @@ class _Checker:
     def function(self, node: ast.FuncCall, *, table: bool) -> None:
         parts = _strings(node.funcname)
         exact = parts[-1] if parts else ""
-        if exact in rewritten():
+        if exact in REWRITTEN:
             return  # replaced by the rewrite; DuckDB never sees the call
         lowered = [p.lower() for p in parts]
         name = lowered[-1] if lowered else ""
@@ -354,7 +368,7 @@ class _Checker:
             raise GuardError(f"function {shown}() is not allowed: it {reason}", "42501", _HINT)
         macros = self.context.macros
         if schema is not None and schema not in BUILTIN_SCHEMAS:
-            if (schema, name) in macros.scalar | macros.table:
+            if (schema, name) in macros.qualified:
                 return
             raise GuardError(f"function {shown}() does not exist", "42883", _HINT)
         if name in WAREHOUSE_READERS:
@@ -363,10 +377,15 @@ class _Checker:
         if table:
             # only table functions: DuckDB has table macros named like aggregates
             # (histogram(table_name, column) reads any relation named by a string)
-            allowed = TABLE_FUNCTIONS | macros.table_names
+            allowed = name in TABLE_FUNCTIONS or name in macros.table_names
         else:
-            allowed = SCALAR_FUNCTIONS | SPECIAL_FORMS | SQL_SYNTAX | macros.names
-        if name not in allowed:
+            allowed = (
+                name in SCALAR_FUNCTIONS
+                or name in SPECIAL_FORMS
+                or name in SQL_SYNTAX
+                or name in macros.names
+            )
+        if not allowed:
             kind = "table function" if table else "function"
             raise GuardError(f"{kind} {shown}() does not exist", "42883", _HINT)
 

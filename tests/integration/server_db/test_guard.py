@@ -107,7 +107,8 @@ REFUSED = [
     ("SELECT * FROM pragma_database_list", "42P01"),
     ("SELECT * FROM main.duckdb_tables", "42P01"),
     ("SELECT * FROM pg_catalog.duckdb_views", "42P01"),
-    ("SELECT * FROM information_schema.character_sets", "42P01"),
+    ("SELECT * FROM information_schema.pg_prepared_statements", "42P01"),
+    ("SELECT * FROM pg_catalog.pg_prepared_statements", "42P01"),
     ("SELECT * FROM system.main.duckdb_views", "0A000"),
     ("WITH x AS (SELECT 1) SELECT * FROM duckdb_views", "42P01"),
     # a CTE named like a system view does not make the view readable inside its own body
@@ -173,6 +174,7 @@ ALLOWED = [
     ("SELECT count(*) FROM pg_catalog.pg_namespace WHERE nspname = 'sales'", [(1,)]),
     ("SELECT count(*) FROM information_schema.tables WHERE table_name = 'orders'", [(1,)]),
     ("SELECT pg_sleep(0)", None),
+    ("SELECT count(*) FROM information_schema.referential_constraints", [(0,)]),
 ]  # fmt: skip
 
 
