@@ -267,6 +267,31 @@ def inside(path: str, root: str) -> bool:
     return (resolved + "/").startswith(str(Path(root).resolve()) + "/")
 
 
+_ATTRIBUTES: dict[type, tuple[str, ...]] = {}
+
+
+def _node_attributes(cls: type) -> tuple[str, ...]:
+    """The attributes of a node class that may hold nodes (pointers and lists; not strings,
+    numbers, flags or enums): the walk skips the rest."""
+    found = _ATTRIBUTES.get(cls)
+    if found is None:
+        slots: dict[str, Any] = getattr(cls, "__slots__", {})
+        found = tuple(name for name, info in slots.items() if _may_hold_nodes(info))
+        _ATTRIBUTES[cls] = found
+    return found
+
+
+def _may_hold_nodes(info: Any) -> bool:
+    c_type = str(getattr(info, "c_type", "*"))
+    if c_type.endswith("*") and c_type != "char*":
+        return True
+    types = getattr(info, "py_type", ())
+    for kind in types if isinstance(types, tuple) else (types,):
+        if isinstance(kind, type) and (issubclass(kind, ast.Node) or kind in (list, tuple)):
+            return True
+    return False
+
+
 class _Checker:
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -293,7 +318,7 @@ class _Checker:
             self.children(node, ctes)
 
     def children(self, node: ast.Node, ctes: frozenset[str], skip: str = "") -> None:
-        for attr in node:
+        for attr in _node_attributes(type(node)):
             if attr != skip:
                 self.node(getattr(node, attr), ctes)
 
