@@ -644,8 +644,8 @@ def split_statements(sql: str) -> list[str]:
         return [sql] if sql.strip() else []
 
 
-def syntax_error(sql: str, error: pglast.parser.ParseError) -> QueryError:
-    """Postgres's syntax error for `sql`: its message and 1-based character position."""
+def syntax_error(error: pglast.parser.ParseError) -> QueryError:
+    """Postgres's syntax error: its message and 1-based character position."""
     message = str(error.args[0]) if error.args else "syntax error"
     location = error.args[1] if len(error.args) > 1 else None
     position = None
@@ -751,7 +751,7 @@ class DbSession:
         try:
             statements = sqlparse.parse_sql(sql)
         except pglast.parser.ParseError as e:
-            raise syntax_error(sql, e) from e
+            raise syntax_error(e) from e
         if len(statements) != 1:
             if not statements:
                 return QueryResult([], None, "EMPTY")

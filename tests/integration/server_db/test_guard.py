@@ -149,6 +149,38 @@ def test_refused_before_duckdb(db: LakeDatabase, sql: str, sqlstate: str) -> Non
     assert error.sqlstate == sqlstate, error.message
 
 
+_OUTSIDE = [
+    "/etc/passwd",
+    "file:///etc/passwd",
+    "data.csv",
+    "../../../etc/passwd",
+    "/etc/*",
+    "https://example.com/x.csv",
+    "s3://another-bucket/x.parquet",
+]
+_READERS = [
+    "read_csv", "read_csv_auto", "read_json", "read_json_auto", "read_ndjson", "read_parquet",
+    "parquet_scan", "parquet_metadata", "parquet_schema", "read_text", "read_blob", "glob",
+    "sniff_csv", "read_avro", "iceberg_scan", "iceberg_metadata", "iceberg_snapshots",
+    "read_duckdb",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("reader", _READERS)
+def test_file_readers_outside_the_lake_are_refused(
+    db: LakeDatabase, lake: Lake, reader: str
+) -> None:
+    escape = f"{lake.warehouse}/../../etc/passwd"
+    for path in [*_OUTSIDE, escape]:
+        for sql in (
+            f"SELECT * FROM {reader}('{path}')",
+            f"SELECT * FROM {reader}(ARRAY['{path}'])",
+            f"SELECT * FROM main.{reader}('{path}')",
+            f"SELECT * FROM (SELECT 1) s, LATERAL {reader}('{path}')",
+        ):
+            assert _refused(db, sql).sqlstate == "42501", sql
+
+
 # what a read-only client keeps: each answers
 ALLOWED = [
     ("SELECT count(*) FROM orders", [(3,)]),
