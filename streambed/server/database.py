@@ -730,6 +730,12 @@ class DbSession:
             self._fail(error)
             error.message = self._db.redactor.text(error.message)
             raise error from e
+        except Exception as e:  # e.g. pyiceberg reading a table's snapshots for time travel
+            log.warning("statement failed", extra={"fields": {"error": repr(e)}})
+            text = self._db.redactor.text(_clean_message(str(e)) or type(e).__name__)
+            error = QueryError(text, "XX000")
+            self._fail(error)
+            raise error from e
 
     def _fail(self, error: QueryError) -> None:
         if self._status == "T":

@@ -320,6 +320,22 @@ def test_a_missing_data_file_is_reported_without_its_path(tmp_path: Path) -> Non
         database.close()
 
 
+def test_time_travel_on_a_lost_metadata_file_names_no_path(tmp_path: Path) -> None:
+    lake = make_lake(tmp_path)
+    database = LakeDatabase(
+        DatabaseSettings(warehouse=lake.warehouse.as_uri()), FakeSnapshots(lake.watermark())
+    )
+    try:
+        database.refresh()
+        location = lake.tables["public.orders"].metadata_location
+        Path(location.removeprefix("file://")).unlink()
+        error = _refused(database, "SELECT * FROM streambed.at_lsn('public.orders', '0/100')")
+        _no_paths(error.message, lake)
+        assert "<lake>/public/orders/metadata/" in error.message
+    finally:
+        database.close()
+
+
 # ---- statement_timeout at any point ------------------------------------------------------
 
 
