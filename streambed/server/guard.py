@@ -183,12 +183,16 @@ class Macros:
     table: frozenset[tuple[str, str]]
 
     def __post_init__(self) -> None:
+        # Called without a schema, DuckDB finds only those in `main` (the rewrite sends the
+        # catalog's, COMPAT_FUNCTIONS, to their schema); a bare name of another schema's
+        # macro could reach a DuckDB function of that name instead.
+        bare = frozenset(n for s, n in self.scalar | self.table if s == "main")
         object.__setattr__(self, "qualified", self.scalar | self.table)
-        object.__setattr__(self, "names", frozenset(n for _, n in self.qualified))
-        object.__setattr__(self, "table_names", frozenset(n for _, n in self.table))
+        object.__setattr__(self, "names", bare)
+        object.__setattr__(self, "table_names", bare & {n for _, n in self.table})
 
     qualified: frozenset[tuple[str, str]] = field(init=False)
-    names: frozenset[str] = field(init=False)
+    names: frozenset[str] = field(init=False)  # callable without a schema
     table_names: frozenset[str] = field(init=False)
 
     @classmethod

@@ -143,6 +143,9 @@ def test_warehouse_readers_only_inside_the_warehouse(database: LakeDatabase) -> 
         ("SELECT pg_catalog.getvariable('x')", "42501"),
         ("SELECT public.lower('x')", "42883"),
         ("SELECT sb_pg.lower('x')", "42883"),  # not a streambed macro
+        ("SELECT sb_divisor(1, 2)", "42883"),  # a catalog macro, not in main: only qualified
+        ("SELECT sb_pg.sb_divisor(1, 2)", None),
+        ("SELECT sb_sum_result(1::smallint, 2)", None),  # a streambed macro in main
         ("SELECT a.b.lower('x')", "0A000"),
         ("SELECT * FROM streambed.at_time('public.orders', now())", None),
         ("SELECT * FROM \"Streambed\".at_time('public.orders', now())", "42883"),
