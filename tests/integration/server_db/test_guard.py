@@ -46,6 +46,9 @@ REFUSED = [
     ("SELECT * FROM arrow_scan_dumb(NULL, NULL, NULL)", "42501"),
     ("SELECT * FROM python_map_function(NULL, NULL, NULL, NULL, NULL)", "42501"),
     ("SELECT * FROM main.pandas_scan(NULL)", "42501"),
+    ("EXPLAIN SELECT * FROM pandas_scan(NULL)", "42501"),
+    ("EXPLAIN ANALYZE SELECT * FROM pandas_scan(NULL)", "42501"),
+    ("DECLARE c CURSOR WITH HOLD FOR SELECT * FROM pandas_scan(NULL)", "42501"),
     ('SELECT * FROM "PANDAS_SCAN"(NULL)', "42501"),
     ("SELECT sb_quotient(1, 2)", "42501"),
     # logging, profiling: server-wide state and other sessions' SQL
