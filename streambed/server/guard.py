@@ -16,7 +16,9 @@ before DuckDB sees it (and before the rewrite, which adds DuckDB calls of its ow
   readers in `WAREHOUSE_READERS` on a constant path inside the warehouse.
 - Scalar, aggregate and window functions: `allowed_functions.SCALAR_FUNCTIONS`, the macros
   streambed creates (found in DuckDB at startup, so every catalog macro is allowed as soon
-  as it exists), and the Postgres functions the rewrite always replaces (`REWRITTEN`).
+  as it exists: those in `main` by name, the others qualified with their schema), and the
+  Postgres functions the rewrite always replaces (`REWRITTEN`: the catalog's functions by
+  their Postgres names, and the session's).
 
 Refusals: a name in `DENIED` (known to read files, settings, logs or secrets, to run SQL
 text or to change server state) gives 42501 with the reason; any other name not on the list
@@ -57,7 +59,7 @@ TABLE_FUNCTIONS = frozenset(
 REWRITTEN_IN_FROM: frozenset[str] = frozenset()
 
 # File readers: allowed only with a constant first argument naming a path inside the
-# warehouse (42501 otherwise). DuckDB's allowed_directories holds the same line below.
+# warehouse (42501 otherwise). DuckDB's allowed_directories draws the same line underneath.
 WAREHOUSE_READERS = frozenset(
     {
         "read_csv", "read_csv_auto", "read_parquet", "parquet_scan", "read_json",
