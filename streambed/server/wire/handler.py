@@ -21,7 +21,7 @@ import contextlib
 import enum
 import logging
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 SERVER_VERSION = "15.6 (streambed)"
 SERVER_VERSION_NUM = "150006"
 BATCH_ROWS_HINT = 10_000
+TOO_MANY_CLIENTS = "sorry, too many clients already"  # 53300, Postgres' words
 
 
 # ---- what the handler needs from the database layer -------------------------------------
@@ -168,9 +169,13 @@ class ConnectionHandler:
         *,
         process_id: int,
         secret_key: int,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
         self._database = database
         self._users = users
+        # Asked once authentication has succeeded, before the session opens: False means no
+        # session slot is free (53300). None admits everyone.
+        self._admit = admit
         self.process_id = process_id
         self.secret_key = secret_key
         self.state = State.STARTUP
@@ -211,6 +216,9 @@ class ConnectionHandler:
         return [messages.authentication_sasl([MECHANISM])]
 
     def _authenticated(self) -> list[bytes]:
+        if self._admit is not None and not self._admit():
+            self.state = State.CLOSED
+            return [messages.error_response("53300", TOO_MANY_CLIENTS, severity="FATAL")]
         try:
             session = self._database.session(
                 self.user, self._startup_parameters.get("database") or None
@@ -265,7 +273,8 @@ class ConnectionHandler:
             return self._auth_failed()
         self._scram = None
         final = messages.authentication(messages.AUTH_SASL_FINAL, server_final)
-        return [final, *self._authenticated()]
+        rest = self._authenticated()
+        return rest if self.closed else [final, *rest]
 
     # ---- message dispatch ----------------------------------------------------------------
 
@@ -415,6 +424,12 @@ class ConnectionHandler:
         # DuckDB casts from the parameter's usage.
         oids = [oid or params.TEXT for oid in statement.param_oids]
         oids += [params.TEXT] * (statements.placeholder_count(statement.sql) - len(oids))
+        if len(oids) > messages.MAX_PARAMETERS:
+            raise SqlError(
+                "54000",
+                f"statement has {len(oids)} parameters; the protocol allows at most "
+                f"{messages.MAX_PARAMETERS}",
+            )
         yield messages.parameter_description(oids)
         if statement.described is None:
             with self._guard():
