@@ -132,6 +132,18 @@ class Prepared:
     param_oids: tuple[int, ...]
     # Result columns computed by Describe (without running the statement), reused.
     described: list[results.ColumnSpec] | None = None
+    placeholders: int = 0  # highest $n in sql
+
+
+def _used(statement: Prepared, values: list[params.ParamValue]) -> list[params.ParamValue]:
+    """The parameters the statement uses. Postgres accepts values for declared parameters a
+    statement never refers to ($1 used, 40000 declared); DuckDB refuses them, so only those
+    up to the highest $n go to the database (a statement without $n, but with DuckDB's `?`,
+    keeps them all)."""
+    n = statement.placeholders
+    if len(values) > n and (n or "?" not in statement.sql):
+        return values[:n]
+    return values
 
 
 @dataclass
@@ -378,7 +390,9 @@ class ConnectionHandler:
             raise SqlError("42P05", f'prepared statement "{msg.statement}" already exists')
         if len(statements.split(msg.sql)) > 1:
             raise SqlError("42601", "cannot insert multiple commands into a prepared statement")
-        self._statements[msg.statement] = Prepared(msg.sql, msg.param_oids)
+        self._statements[msg.statement] = Prepared(
+            msg.sql, msg.param_oids, placeholders=statements.placeholder_count(msg.sql)
+        )
         return messages.parse_complete()
 
     def _bind(self, msg: messages.Bind) -> bytes:
@@ -423,7 +437,7 @@ class ConnectionHandler:
         # Unspecified parameter types are described as text: clients then send text, which
         # DuckDB casts from the parameter's usage.
         oids = [oid or params.TEXT for oid in statement.param_oids]
-        oids += [params.TEXT] * (statements.placeholder_count(statement.sql) - len(oids))
+        oids += [params.TEXT] * (statement.placeholders - len(oids))
         if len(oids) > messages.MAX_PARAMETERS:
             raise SqlError(
                 "54000",
@@ -434,7 +448,10 @@ class ConnectionHandler:
         if statement.described is None:
             with self._guard():
                 try:
-                    columns = self._require_session().describe(statement.sql, [None] * len(oids))
+                    unknown: list[params.ParamValue] = [None] * len(oids)
+                    columns = self._require_session().describe(
+                        statement.sql, _used(statement, unknown)
+                    )
                 except Exception as e:
                     raise self._stopped(e) from e
             statement.described = results.column_specs([(c.name, _pg_type(c)) for c in columns], ())
@@ -467,7 +484,7 @@ class ConnectionHandler:
             portal.done = True
             return
         with self._guard():
-            result = self._run(sql, portal.values)
+            result = self._run(sql, _used(portal.statement, portal.values))
         portal.result = result
         portal.columns = results.column_specs(
             [(c.name, _pg_type(c)) for c in result.columns], portal.result_formats
