@@ -159,6 +159,17 @@ class Portal:
     done: bool = False
 
 
+MAX_COLUMNS = 1664  # Postgres' limit on the columns of a result
+
+
+def _specs(columns: Sequence[Column], formats: Sequence[int]) -> list[results.ColumnSpec]:
+    """The wire description of a result's columns; more than Postgres allows is 54011 (a
+    RowDescription could not even count past 32767)."""
+    if len(columns) > MAX_COLUMNS:
+        raise SqlError("54011", f"target lists can have at most {MAX_COLUMNS} entries")
+    return results.column_specs([(c.name, _pg_type(c)) for c in columns], formats)
+
+
 def _pg_type(column: Column) -> pgtypes.PgType:
     base = pgtypes.BY_OID.get(column.type_oid)
     if base is None:
@@ -421,7 +432,7 @@ class ConnectionHandler:
                 # cursors describe it before fetching)
                 declared = self._require_session().cursor_columns(msg.name)
                 if declared is not None:
-                    specs = results.column_specs([(c.name, _pg_type(c)) for c in declared], ())
+                    specs = _specs(declared, ())
                     yield results.row_description(specs) if specs else messages.no_data()
                     return
             portal = self._portal(msg.name)
@@ -454,7 +465,7 @@ class ConnectionHandler:
                     )
                 except Exception as e:
                     raise self._stopped(e) from e
-            statement.described = results.column_specs([(c.name, _pg_type(c)) for c in columns], ())
+            statement.described = _specs(columns, ())
         described = statement.described
         yield results.row_description(described) if described else messages.no_data()
 
@@ -486,9 +497,11 @@ class ConnectionHandler:
         with self._guard():
             result = self._run(sql, _used(portal.statement, portal.values))
         portal.result = result
-        portal.columns = results.column_specs(
-            [(c.name, _pg_type(c)) for c in result.columns], portal.result_formats
-        )
+        try:
+            portal.columns = _specs(result.columns, portal.result_formats)
+        except SqlError:
+            portal.done = True
+            raise
         if portal.columns:
             portal.encoder = results.BatchEncoder(portal.columns, self._require_session().timezone)
             portal.batches = iter(result)

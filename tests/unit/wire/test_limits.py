@@ -11,7 +11,17 @@ from streambed.server.wire import messages
 from streambed.server.wire.auth import UserStore
 from streambed.server.wire.handler import ConnectionHandler, Database
 from streambed.server.wire.slots import Slots
-from tests.unit.wire.test_handler import SYNC, _c, _frame, bind, describe, execute, run
+from tests.unit.wire.test_handler import (
+    SYNC,
+    _c,
+    _frame,
+    bind,
+    describe,
+    execute,
+    parse,
+    query,
+    run,
+)
 
 MANY = 40_000  # more than a signed 16-bit count holds
 
@@ -95,3 +105,21 @@ def test_refused_admission_closes_before_any_session(database: Database) -> None
         "sorry, too many clients already",
     )
     assert handler.closed
+
+
+def test_more_result_columns_than_postgres_allows_is_an_error(database: Database) -> None:
+    # as Postgres (54011); a RowDescription could not count 40000 columns at all
+    handler = ConnectionHandler(database, UserStore({}), process_id=1, secret_key=2)
+    handler.startup(messages.StartupMessage({"user": "u"}))
+    try:
+        for n, described in ((1664, b"T"), (1665, b"E")):
+            sql = "select " + ", ".join(f"{i} as c{i}" for i in range(n))
+            got = run(handler, query(sql))
+            assert got[0][0] == described
+            got = run(handler, parse(sql) + describe("S") + SYNC)
+            assert [t for t, _ in got] == [b"1", b"t", described, b"Z"]
+        fields = messages.parse_error_fields(got[2][1])
+        assert (fields["C"], fields["M"]) == ("54011", "target lists can have at most 1664 entries")
+        assert run(handler, query("select 1"))[-1] == (b"Z", b"I")
+    finally:
+        handler.close()
