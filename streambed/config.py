@@ -254,8 +254,24 @@ class Settings:
     )
     query_max_connections: int = _setting(
         "STREAMBED_QUERY_MAX_CONNECTIONS",
-        "Concurrent query connections; more are refused with 53300 too_many_connections.",
+        "Concurrent authenticated query sessions; more are refused with 53300 "
+        "too_many_connections. Connections still authenticating do not count here "
+        "(STREAMBED_QUERY_MAX_PENDING_CONNECTIONS).",
         100,
+    )
+    query_max_pending_connections: int = _setting(
+        "STREAMBED_QUERY_MAX_PENDING_CONNECTIONS",
+        "Query connections accepted and not yet authenticated; more are refused at once with "
+        "53300, without a thread or a read. Each is closed when "
+        "STREAMBED_QUERY_AUTH_TIMEOUT runs out.",
+        32,
+    )
+    query_auth_timeout: float = _setting(
+        "STREAMBED_QUERY_AUTH_TIMEOUT",
+        "Seconds a query client has from connecting until it is authenticated (TLS handshake, "
+        "startup packet and password exchange together, as Postgres' "
+        "authentication_timeout); then the connection is closed. 1 to 600.",
+        60.0,
     )
     query_statement_timeout: float = _setting(
         "STREAMBED_QUERY_STATEMENT_TIMEOUT",
@@ -476,6 +492,16 @@ class Settings:
         if self.query_max_connections < 1:
             out.append(
                 f"STREAMBED_QUERY_MAX_CONNECTIONS={self.query_max_connections} must be at least 1"
+            )
+        if self.query_max_pending_connections < 1:
+            out.append(
+                "STREAMBED_QUERY_MAX_PENDING_CONNECTIONS="
+                f"{self.query_max_pending_connections} must be at least 1"
+            )
+        if not 1 <= self.query_auth_timeout <= 600:
+            out.append(
+                f"STREAMBED_QUERY_AUTH_TIMEOUT={self.query_auth_timeout} must be between 1 and "
+                "600 seconds"
             )
         if self.query_statement_timeout < 0:
             out.append(
