@@ -264,7 +264,7 @@ class Settings:
         "Query connections accepted and not yet authenticated; more are refused at once with "
         "53300, without a thread or a read. Each is closed when "
         "STREAMBED_QUERY_AUTH_TIMEOUT runs out.",
-        32,
+        64,
     )
     query_auth_timeout: float = _setting(
         "STREAMBED_QUERY_AUTH_TIMEOUT",

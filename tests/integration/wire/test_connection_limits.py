@@ -295,7 +295,7 @@ def test_cancel_gets_through_when_every_session_slot_is_taken(capped: QueryServe
 
 
 def test_150_connections_refused_past_100(lake_database: LakeDatabase) -> None:
-    srv = start_server(lake_database)  # the defaults: 100 sessions, 32 pending; trust
+    srv = start_server(lake_database)  # the defaults: 100 sessions, 64 pending; trust
     connections: list[psycopg.Connection[tuple[object, ...]]] = []
     try:
         refused = []
