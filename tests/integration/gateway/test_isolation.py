@@ -83,6 +83,7 @@ def isolated(
     port = free_port()
     env = {
         "STREAMBED_SOURCE_URL": url,
+        "STREAMBED_SLOT": name,  # slots are the cluster's: the package's `streambed run` has one
         "STREAMBED_DATA_DIR": str(root / "data"),
         "STREAMBED_QUERY_LISTEN": f"127.0.0.1:{port}",
         "STREAMBED_FLUSH_INTERVAL": "0.3",
