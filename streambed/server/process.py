@@ -1,9 +1,10 @@
 """The query server process: what `streambed run` starts to serve queries apart from the
 replication loop (`streambed.server.supervisor` starts and restarts it).
 
-Started as `python -m streambed.server.process FD`, where FD is the listening socket the
-parent bound. Its stdin is a pipe from the parent: first the pickled `Settings`, then one
-line per commit the pipeline records, on which the views are refreshed
+Started as `python -m streambed.server.process FD` (with SIGINT ignored first: the
+supervisor's `COMMAND`), where FD is the listening socket the parent bound. Its stdin is a
+pipe from the parent: first the pickled `Settings`, then one line per commit the pipeline
+records, on which the views are refreshed
 (`streambed.server.refresher`). End of file on that pipe, which the parent's exit causes
 however it dies (SIGKILL included), stops the server and ends the process: no query server
 outlives its `streambed run`. SIGTERM stops it too; SIGINT is ignored, since a terminal's

@@ -45,6 +45,14 @@ from streambed.log import log
 
 logger = logging.getLogger("streambed.server")
 
+COMMAND: Final = (
+    # SIGINT ignored before DuckDB and the rest load (a second or two): Ctrl-C reaches the
+    # whole process group, and the parent decides when its query process ends
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "runpy.run_module('streambed.server.process', run_name='__main__')"
+)
+"""What the query process runs: `python -m streambed.server.process`, SIGINT ignored."""
+
 STOP_SECONDS: Final = 20.0
 """How long a child may take to stop before it is killed (it ends itself after 15 s)."""
 
@@ -185,7 +193,7 @@ class QuerySupervisor:
         """Start a child (under `_lock`)."""
         fd = self.listener.fileno()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streambed.server.process", str(fd)],
+            [sys.executable, "-c", COMMAND, str(fd)],
             stdin=subprocess.PIPE,
             pass_fds=(fd,),
             env=self._env,
