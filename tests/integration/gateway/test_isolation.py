@@ -159,6 +159,10 @@ def test_a_crashed_query_process_is_restarted_while_replication_goes_on(
         wait_until(lambda: gone(child), 10, "the query process to die")
         with pytest.raises(psycopg.OperationalError):
             session.execute("SELECT 1").fetchone()
+    # a client connecting while no query process runs waits in the port's backlog, and the
+    # next process serves it
+    with psycopg.connect(iso.conninfo, autocommit=True) as waiting:
+        assert waiting.execute(COUNT).fetchone() == (before,)
     # replication goes on: rows inserted after the crash reach the lake and the new
     # process serves them, on the same port
     iso.execute(f"INSERT INTO public.notes VALUES ({before + 1}, 'after the crash')")

@@ -5,8 +5,14 @@ tests/integration/gateway/test_isolation.py."""
 from __future__ import annotations
 
 import signal
+import socket
+from pathlib import Path
 
-from streambed.server.supervisor import Backoff, exit_fields
+import pytest
+
+from streambed.config import Settings
+from streambed.errors import ConfigError
+from streambed.server.supervisor import Backoff, exit_fields, start_query_process
 
 
 def test_the_delay_doubles_at_each_early_exit_up_to_the_cap() -> None:
@@ -46,3 +52,25 @@ def test_an_exit_is_described_by_its_code_or_its_signal() -> None:
     assert exit_fields(2) == {"exit_code": 2}
     assert exit_fields(None) == {"exit_code": "none"}
     assert exit_fields(-200) == {"signal": 200}
+
+
+def test_a_certificate_that_cannot_be_loaded_stops_the_start_before_the_port_is_bound(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "cert.pem").write_text("not a certificate\n")
+    (tmp_path / "key.pem").write_text("not a key\n")
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    settings = Settings.from_env(
+        {
+            "STREAMBED_SOURCE_URL": "postgresql://nobody@127.0.0.1:1/none",
+            "STREAMBED_DATA_DIR": str(tmp_path / "data"),
+            "STREAMBED_QUERY_LISTEN": f"127.0.0.1:{port}",
+            "STREAMBED_QUERY_TLS_CERT": str(tmp_path / "cert.pem"),
+            "STREAMBED_QUERY_TLS_KEY": str(tmp_path / "key.pem"),
+        }
+    )
+    with pytest.raises(ConfigError, match="STREAMBED_QUERY_TLS_CERT"):
+        start_query_process(settings)
+    with socket.create_server(("127.0.0.1", port)):  # left free: no process was started
+        pass
