@@ -27,6 +27,7 @@ import logging
 import os
 import pickle
 import signal
+import site
 import socket
 import ssl
 import subprocess
@@ -104,7 +105,8 @@ def exit_fields(returncode: int | None) -> dict[str, Any]:
 
 class QuerySupervisor:
     """Runs `python -m streambed.server.process` on `listener` and starts it again whenever
-    it exits until `stop()`. `restarts` counts the starts after the first."""
+    it exits, until `stop()`. `restarts` counts the exits after which it started (or is
+    about to start) another one: the query server's restarts, for logs and metrics."""
 
     def __init__(
         self, settings: Settings, listener: socket.socket, backoff: Backoff | None = None
@@ -113,12 +115,7 @@ class QuerySupervisor:
         self.backoff = backoff or Backoff()
         self.restarts = 0
         self._settings = pickle.dumps(settings)
-        package_root = str(Path(__file__).resolve().parents[2])  # the same streambed
-        path = os.environ.get("PYTHONPATH")
-        self._env = {
-            **os.environ,
-            "PYTHONPATH": package_root + (os.pathsep + path if path else ""),
-        }
+        self._env = _child_environment()
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None  # the write end of the child's stdin
@@ -143,7 +140,8 @@ class QuerySupervisor:
         return self
 
     def notify(self, lsn: int | None = None) -> None:
-        """A watermark was recorded: tell the child (never blocks)."""
+        """A watermark was recorded: tell the child (never waits for it; a line that does
+        not fit in the pipe is dropped)."""
         line = b"%d\n" % (lsn or 0)
         with self._lock:
             if self._pipe is None:
@@ -155,8 +153,8 @@ class QuerySupervisor:
 
     def stop_on_signals(self) -> None:
         """Do not restart the child once SIGINT or SIGTERM has arrived, then call the
-        handler installed before (the pipeline's, which stops it; `stop()` then ends the
-        child). Under a service manager that signals every process of the service, the
+        handler installed before this call (the pipeline's, which stops it; `stop()` then
+        ends the child). Under a service manager that signals every process of the service, the
         child's own exit is then not taken for a crash."""
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous = signal.getsignal(signum)
@@ -263,6 +261,21 @@ class QuerySupervisor:
                 log(logger, "query process not started", level=logging.ERROR, error=str(e))
                 self._started_at = time.monotonic()
             return True
+
+
+def _child_environment() -> dict[str, str]:
+    """The parent's environment, with this streambed's directory first on PYTHONPATH when
+    the interpreter would not find it by itself (a source checkout run from elsewhere): the
+    child runs the same code as its parent."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    installed = {
+        str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]
+    }
+    if root not in installed:
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = root + (os.pathsep + path if path else "")
+    return env
 
 
 def start_query_process(settings: Settings) -> QuerySupervisor | None:
