@@ -37,12 +37,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from streambed.config import Settings
 from streambed.errors import ConfigError
 from streambed.listen import listen
-from streambed.log import log
+from streambed.log import LiveRegion, log, terminal
 
 logger = logging.getLogger("streambed.server")
 
@@ -190,13 +190,21 @@ class QuerySupervisor:
     def _launch(self) -> None:
         """Start a child (under `_lock`)."""
         fd = self.listener.fileno()
+        region = terminal()
         proc = subprocess.Popen(
             [sys.executable, "-c", COMMAND, str(fd)],
             stdin=subprocess.PIPE,
+            # its log lines go to the parent's stderr; on a terminal with lines kept at its
+            # foot (the copy progress) through the parent, which writes them above those
+            stderr=subprocess.PIPE if region.live else None,
             pass_fds=(fd,),
             env=self._env,
         )
         assert proc.stdin is not None
+        if proc.stderr is not None:
+            threading.Thread(
+                target=_relay, args=(proc.stderr, region), name="streambed-query-log", daemon=True
+            ).start()
         pipe = proc.stdin.fileno()
         with contextlib.suppress(BrokenPipeError):  # it died already: `_watch` sees it
             os.write(pipe, self._settings)  # blocking: a few kB, read first by the child
@@ -261,6 +269,13 @@ class QuerySupervisor:
                 log(logger, "query process not started", level=logging.ERROR, error=str(e))
                 self._started_at = time.monotonic()
             return True
+
+
+def _relay(lines: IO[bytes], region: LiveRegion) -> None:
+    """Write a child's stderr above the terminal's kept lines, until the child ends."""
+    with lines:
+        for line in lines:
+            region.write(line.decode(errors="replace"))
 
 
 def _child_environment() -> dict[str, str]:
