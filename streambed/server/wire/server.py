@@ -119,16 +119,22 @@ class ServerOptions:
 
 class QueryServer:
     """The Postgres-wire query server. `start()` listens and returns; `stop()` ends every
-    connection and thread it started."""
+    connection and thread it started.
 
-    def __init__(self, options: ServerOptions, database: Database) -> None:
+    `listener`: a socket already bound and listening (`streambed.listen.listen`), used
+    instead of binding `options.host:options.port`; `streambed run` binds it once and hands
+    it to each query process it starts (`streambed.server.supervisor`). `stop()` closes it."""
+
+    def __init__(
+        self, options: ServerOptions, database: Database, *, listener: socket.socket | None = None
+    ) -> None:
         self.options = options
         self._database = database
         self._users = options.user_store()
         self._tls: ssl.SSLContext | None = None
         if options.tls is not TlsMode.OFF and options.tls_cert and options.tls_key:
             self._tls = server_context(options.tls_cert, options.tls_key)
-        self._listener: socket.socket | None = None
+        self._listener: socket.socket | None = listener
         self._accept_thread: threading.Thread | None = None
         self._slots = Slots(options.max_pending, options.max_connections)
         self._lock = threading.Lock()
@@ -143,7 +149,8 @@ class QueryServer:
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> QueryServer:
-        self._listener = listen(self.options.host, self.options.port)
+        if self._listener is None:
+            self._listener = listen(self.options.host, self.options.port)
         self._listener.settimeout(0.2)
         self.port = self._listener.getsockname()[1]
         if not self._users.enabled:
