@@ -5,7 +5,8 @@ requested resync) needs Spark right after it has created its slot. Spark's JVM t
 3-10 s to start, and importing the rest of streambed (pyiceberg, pyarrow, DuckDB) and
 starting the query server take about 3.5 s before that. `prestart` starts Spark on a
 thread before those imports, so the two overlap. A start with every table ready keeps
-starting Spark lazily, when its first merge needs it (an append-only stream may never).
+starting Spark lazily, when its first merge too large to run in process needs it
+(`STREAMBED_MERGE_LOCAL_BYTES`; a stream of small tables may never).
 
 A copy needs Spark only for a table larger than `STREAMBED_COPY_LOCAL_BYTES`; smaller ones
 are copied in streambed's process (`streambed.copy.job.copies_here`). So the thread first
@@ -13,7 +14,7 @@ asks the source for the largest table it will copy (a published table that the i
 and exclude settings select), and starts Spark only when one is over that line
 (or the source cannot be asked). Otherwise the JVM's start, about 9 CPU s on two cores,
 would compete with the copies it is not needed for (a first start of 200 small tables took
-a third longer); the first merge or large copy starts Spark when it needs it.
+a third longer); the first large merge or large copy starts Spark when it needs it.
 
 Only the standard library is imported here: this runs before everything else.
 """
