@@ -3,9 +3,12 @@
 When Spark runs, and when it does not: a plan with nothing to rewrite (`MergePlan.append_only`:
 no removed key falls inside any file's key bounds, or a truncate that drops every file) is a
 pure append, and `streambed.lake`'s Arrow-only `write_parquet` writes the new rows; starting a
-Spark job would only add latency. `SparkMerger.execute` is called when at least one existing
-file must be read, filtered and replaced. It still accepts a plan with nothing to rewrite (it
-then writes `rows` alone, sorted by key) so that callers need no special case.
+Spark job would only add latency. A rewrite of at most STREAMBED_MERGE_LOCAL_BYTES is carried
+out in process by `streambed.merge.arrow_merger.ArrowMerger`, which keeps the contract below
+(its pure parts are shared in `streambed.merge.contract`). `SparkMerger.execute` is called
+when a larger rewrite must read, filter and replace existing files. Both still accept a plan
+with nothing to rewrite (they then write `rows` alone, sorted by key) so that callers need no
+special case.
 
 What one merge does, as one Spark job:
 
