@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streambed.errors import Kind, StreambedError
@@ -160,11 +160,29 @@ SETTINGS = settings(
 
 @SETTINGS
 @given(case=keyed_case())
+@example(  # an update and a key change, both with `name` unchanged, and a delete
+    case={
+        "old": [(1, "a", "n1", 1), (2, "a", None, 2), (3, "b", "n3", 3)],
+        "rows": [(1, "a", "x", 5), (35, "b", "y", 6)],
+        "removed": [(1, "a"), (2, "a"), (3, "b")],
+        "unchanged": [True, True],
+        "lookup": [(1, "a"), (2, "a")],
+        "orphan": False,
+        "per_file": 2,
+    }
+)
 def test_keyed_tables(spark: SparkSession, case: dict[str, Any]) -> None:
     agree(spark, case, keyed=True)
 
 
 @SETTINGS
 @given(case=keyless_case())
+@example(  # one of two duplicates, one of two all-NULL rows, a row not in the lake
+    case={
+        "old": [(1, "x"), (1, "x"), (None, None), (None, None), (2, None)],
+        "rows": [(1, "x")],
+        "removed": [(1, "x"), (None, None), (3, "x")],
+    }
+)
 def test_tables_without_key(spark: SparkSession, case: dict[str, Any]) -> None:
     agree(spark, case, keyed=False)
