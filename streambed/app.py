@@ -77,6 +77,7 @@ def build_pipeline(
         # a running copy manager takes resync requests up within seconds
         resync=state.request_resync if copy else None,
         retention=Retention(settings.snapshot_retention, settings.snapshot_max),
+        merge_local_bytes=settings.merge_local_bytes,
     )
     reconcile(state, sink)
     source = PostgresSource(settings, export_snapshot=copy)

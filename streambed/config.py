@@ -165,6 +165,15 @@ class Settings:
         "table on Spark.",
         256 * 1024 * 1024,
     )
+    merge_local_bytes: int = _setting(
+        "STREAMBED_MERGE_LOCAL_BYTES",
+        "A flush whose rewrite is at most this many bytes (the data files it must rewrite, as "
+        "stored, plus its new rows in memory) is merged by streambed's own process with "
+        "pyarrow, in milliseconds, without a Spark job; larger rewrites run on Spark. The "
+        "in-process merge holds the rewrite in memory (a few times its stored size). 0 merges "
+        "every rewrite on Spark.",
+        64 * 1024 * 1024,
+    )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
         "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect). A "
@@ -393,6 +402,11 @@ class Settings:
             out.append(
                 f"STREAMBED_COPY_LOCAL_BYTES={self.copy_local_bytes} must be 0 (copy every table "
                 "on Spark) or a positive number of bytes"
+            )
+        if self.merge_local_bytes < 0:
+            out.append(
+                f"STREAMBED_MERGE_LOCAL_BYTES={self.merge_local_bytes} must be 0 (merge every "
+                "rewrite on Spark) or a positive number of bytes"
             )
         if self.copy_reader not in ("duckdb", "csv"):
             out.append(f"STREAMBED_COPY_READER={self.copy_reader!r} must be duckdb or csv")

@@ -5,7 +5,8 @@ requested resync) needs Spark right after it has created its slot. Spark's JVM t
 seconds to start, and so do importing the rest of streambed (pyiceberg, pyarrow, DuckDB)
 and starting the query server before that. `prestart` starts Spark on a thread before
 those imports, so the two overlap. A start with every table ready keeps
-starting Spark lazily, when its first merge needs it (an append-only stream may never).
+starting Spark lazily, when its first merge too large to run in process needs it
+(`STREAMBED_MERGE_LOCAL_BYTES`; a stream of small tables may never).
 
 A copy needs Spark only for a table larger than `STREAMBED_COPY_LOCAL_BYTES`; smaller ones
 are copied in streambed's process (`streambed.copy.job.copies_here`). So the thread first

@@ -62,7 +62,8 @@ from streambed.lake.output import (
     TaskOutput,
 )
 from streambed.lake.types import column_type
-from streambed.merge.pyarrow_source import conform, decode_schema, filesystem
+from streambed.merge.contract import conform
+from streambed.merge.pyarrow_source import decode_schema, filesystem
 from streambed.merge.worker_heap import settle
 from streambed.pgoutput.messages import RelationColumn
 
