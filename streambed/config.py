@@ -170,7 +170,8 @@ class Settings:
         "A flush whose rewrite is at most this many bytes (the data files it must rewrite, as "
         "stored, plus its new rows in memory) is merged by streambed's own process with "
         "pyarrow, in milliseconds, without a Spark job; larger rewrites run on Spark. The "
-        "in-process merge holds the rewrite in memory (a few times its stored size). 0 merges "
+        "in-process merge holds the rewrite in memory: a rewrite whose rows would take more "
+        "than four times this in memory (well-compressed files) runs on Spark too. 0 merges "
         "every rewrite on Spark.",
         64 * 1024 * 1024,
     )
