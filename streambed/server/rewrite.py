@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pglast import ast, enums
-from pglast.stream import RawStream
 
-from streambed.server import catalog, extract, numeric
+from streambed.server import catalog, extract, numeric, vectors
+from streambed.server.keywords import QuotingStream
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError, split_table_name
@@ -132,6 +132,8 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             found = found or _like_escape(node) is not None
         elif isinstance(node, ast.CollateClause):
             found = True
+        elif isinstance(node, ast.A_Indirection):
+            found = vectors.is_vector_subscript(node)
         elif isinstance(node, ast.SQLValueFunction):
             found = node.op in _USER_FUNCS or node.op in (
                 enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG,
@@ -279,6 +281,7 @@ class _Rewriter:
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
         self.text_items = text_items  # ids of avg/division nodes sent as numeric text
         self.exact_numeric = True  # avg(), division, ::numeric as Postgres types them
+        self.shifted: set[int] = set()  # vector subscripts already counted from 1
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -297,6 +300,10 @@ class _Rewriter:
         return node
 
     def replace(self, node: ast.Node) -> Any:
+        if vectors.is_vector_subscript(node) and id(node) not in self.shifted:
+            self.shifted.add(id(node))
+            assert isinstance(node, ast.A_Indirection)
+            return vectors.shift_subscripts(node)
         if isinstance(node, ast.RangeVar) and _is_catalog_range(node):
             target = catalog.SCHEMA
             if node.schemaname == "information_schema":
@@ -536,7 +543,7 @@ def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) 
     rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
     rewriter.exact_numeric = exact_numeric
     rewritten = rewriter.transform(stmt)
-    text: str = RawStream()(rewritten)
+    text: str = QuotingStream()(rewritten)  # quotes names DuckDB reads as keywords
     return text
 
 

@@ -147,10 +147,24 @@ class Portal:
 
 
 def _pg_type(column: Column) -> pgtypes.PgType:
+    own = getattr(column, "pg_type", None)  # the database's own account, when it gives one
+    if isinstance(own, pgtypes.PgType) and own.oid == column.type_oid:
+        return own
     base = pgtypes.BY_OID.get(column.type_oid)
     if base is None:
         base = pgtypes.PgType(column.type_oid, column.type_name, -1)
     return base.with_typmod(column.typmod)
+
+
+def _specs(
+    columns: Sequence[Column], result_formats: Sequence[int] = ()
+) -> list[results.ColumnSpec]:
+    """RowDescription entries: types, formats, and for a column taken straight from a
+    table, that table's OID and the column's number (0 otherwise)."""
+    origins = [
+        (int(getattr(c, "table_oid", 0)), int(getattr(c, "column_number", 0))) for c in columns
+    ]
+    return results.column_specs([(c.name, _pg_type(c)) for c in columns], result_formats, origins)
 
 
 # Startup parameters a client may set, applied with SET (pgjdbc sends TimeZone, psql
@@ -398,7 +412,7 @@ class ConnectionHandler:
                 # cursors describe it before fetching)
                 declared = self._require_session().cursor_columns(msg.name)
                 if declared is not None:
-                    specs = results.column_specs([(c.name, _pg_type(c)) for c in declared], ())
+                    specs = _specs(declared)
                     yield results.row_description(specs) if specs else messages.no_data()
                     return
             portal = self._portal(msg.name)
@@ -422,7 +436,7 @@ class ConnectionHandler:
                     columns = self._require_session().describe(statement.sql, [None] * len(oids))
                 except Exception as e:
                     raise self._stopped(e) from e
-            statement.described = results.column_specs([(c.name, _pg_type(c)) for c in columns], ())
+            statement.described = _specs(columns)
         described = statement.described
         yield results.row_description(described) if described else messages.no_data()
 
@@ -454,9 +468,7 @@ class ConnectionHandler:
         with self._guard():
             result = self._run(sql, portal.values)
         portal.result = result
-        portal.columns = results.column_specs(
-            [(c.name, _pg_type(c)) for c in result.columns], portal.result_formats
-        )
+        portal.columns = _specs(result.columns, portal.result_formats)
         if portal.columns:
             portal.encoder = results.BatchEncoder(portal.columns, self._require_session().timezone)
             portal.batches = iter(result)
