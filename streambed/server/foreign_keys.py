@@ -54,10 +54,11 @@ def foreign_key_rows(
         return None
     columns = ", ".join(quote(c) for c in key.columns)
     referenced = ", ".join(quote(c) for c in key.ref_columns)
-    definition = (
-        f"FOREIGN KEY ({columns}) REFERENCES {quote(key.ref_schema)}.{quote(key.ref_table)}"
-        f"({referenced})"
-    )
+    # Postgres qualifies the table when it is not on the search path; here: outside public
+    table = quote(key.ref_table)
+    if key.ref_schema != "public":
+        table = f"{quote(key.ref_schema)}.{table}"
+    definition = f"FOREIGN KEY ({columns}) REFERENCES {table}({referenced})"
     if key.match == "f":
         definition += " MATCH FULL"
     if key.on_update != "a":
