@@ -448,10 +448,10 @@ CREATE VIEW {s}.pg_database AS SELECT 16384::BIGINT AS oid, {_q(database)} AS da
     false AS datistemplate, true AS datallowconn, -1 AS datconnlimit,
     'C.UTF-8' AS datcollate, 'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale,
     NULL::VARCHAR AS datcollversion, NULL::VARCHAR[] AS datacl, 1663::BIGINT AS dattablespace;
-CREATE VIEW {s}.pg_settings AS SELECT name, value AS setting, NULL::VARCHAR AS unit,
-    'Ungrouped' AS category, description AS short_desc, NULL::VARCHAR AS extra_desc,
-    'user' AS context, 'string' AS vartype, 'default' AS source
-    FROM duckdb_settings() WHERE false;
+CREATE VIEW {s}.pg_settings AS SELECT 'max_index_keys' AS name, '32' AS setting,
+    NULL::VARCHAR AS unit, 'Preset Options' AS category,
+    'Shows the maximum number of index keys.' AS short_desc, NULL::VARCHAR AS extra_desc,
+    'internal' AS context, 'integer' AS vartype, 'default' AS source;
 """
 
 

@@ -467,7 +467,15 @@ class _Rewriter:
         if name in ("current_user", "session_user", "user") and not args:
             return _const(session.user)
         if name == "current_schemas":
-            items = tuple(_const(s) for s in session.search_path)
+            # current_schemas(true) includes the implicit pg_catalog, searched first
+            implicit = not (
+                args
+                and isinstance(args[0], ast.A_Const)
+                and isinstance(args[0].val, ast.Boolean)
+                and not args[0].val.boolval
+            )
+            path = [s for s in session.search_path if s != "pg_catalog"]
+            items = tuple(_const(s) for s in (["pg_catalog"] if implicit else []) + path)
             return ast.A_ArrayExpr(elements=items)
         if name == "pg_backend_pid" and not args:
             return _const(0)
