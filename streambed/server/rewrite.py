@@ -134,6 +134,8 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             found = True
         elif isinstance(node, ast.A_Indirection):
             found = vectors.is_vector_subscript(node)
+        elif isinstance(node, ast.ResTarget):
+            found = vectors.is_series_target(node)
         elif isinstance(node, ast.SQLValueFunction):
             found = node.op in _USER_FUNCS or node.op in (
                 enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG,
@@ -300,6 +302,9 @@ class _Rewriter:
         return node
 
     def replace(self, node: ast.Node) -> Any:
+        if vectors.is_series_target(node):
+            assert isinstance(node, ast.ResTarget)
+            return vectors.unnest_series(node)
         if vectors.is_vector_subscript(node) and id(node) not in self.shifted:
             self.shifted.add(id(node))
             assert isinstance(node, ast.A_Indirection)
