@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pyodbc
@@ -34,7 +35,7 @@ def main() -> None:
         autocommit=True,
     )
     out: dict[str, Any] = {}
-    calls = {
+    calls: dict[str, Callable[[Any], Any]] = {
         "tables": lambda c: c.tables(schema="public", tableType="TABLE"),
         "columns.customers": lambda c: c.columns(table="customers", schema="public"),
         "columns.orders": lambda c: c.columns(table="orders", schema="public"),
