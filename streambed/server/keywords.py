@@ -58,8 +58,8 @@ def _walk(node: Any, visit: Any) -> None:
         for item in node:
             _walk(item, visit)
         return
-    if not isinstance(node, ast.Node):
-        return
+    if not isinstance(node, ast.Node) or isinstance(node, ast.A_Const):
+        return  # a constant's text is no name
     visit(node)
     for attr in node:
         value = getattr(node, attr)
