@@ -3,12 +3,21 @@ array text parses back into elements; declared types as clients see them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pglast
 import pytest
 
 from streambed.server import pgtypes, vectors
 from streambed.server.keywords import QuotingStream, duckdb_only_keywords, needs_quoting
 from streambed.server.pgarray import NotOneDimensional, parse_array
+
+
+def _parse(sql: str) -> Any:
+    """The one statement of `sql`."""
+    stmt = pglast.parse_sql(sql)[0].stmt
+    assert stmt is not None
+    return stmt
 
 
 def test_the_keyword_set_is_what_duckdb_reserves_and_postgres_does_not() -> None:
@@ -26,17 +35,17 @@ def test_the_keyword_set_is_what_duckdb_reserves_and_postgres_does_not() -> None
     ],
 )  # fmt: skip
 def test_quoted(sql: str, printed: str) -> None:
-    stmt = pglast.parse_sql(sql)[0].stmt
+    stmt = _parse(sql)
     assert needs_quoting(stmt)
     assert QuotingStream()(stmt) == printed
 
 
 def test_plain_names_need_no_quoting() -> None:
-    assert not needs_quoting(pglast.parse_sql("select a, b from t where c = 'by'")[0].stmt)
+    assert not needs_quoting(_parse("select a, b from t where c = 'by'"))
 
 
 def test_vector_subscripts_count_from_one_for_duckdb() -> None:
-    stmt = pglast.parse_sql("select i.indkey[0], proargtypes[1:2], tags[0] from x")[0].stmt
+    stmt = _parse("select i.indkey[0], proargtypes[1:2], tags[0] from x")
     targets = [t.val for t in stmt.targetList]
     assert [vectors.is_vector_subscript(t) for t in targets] == [True, True, False]
     shifted = [QuotingStream()(vectors.shift_subscripts(t)) for t in targets[:2]]

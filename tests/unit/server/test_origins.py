@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pglast
 import pytest
 
 from streambed.server import pgtypes
 from streambed.server.origins import Columns, Origin, result_origins
+
+
+def _parse(sql: str) -> Any:
+    """The one statement of `sql`."""
+    stmt = pglast.parse_sql(sql)[0].stmt
+    assert stmt is not None
+    return stmt
+
 
 JSONB = pgtypes.JSONB
 TABLES: dict[str, Columns] = {
@@ -20,7 +30,7 @@ def _lookup(schema: str | None, name: str) -> Columns | None:
 
 
 def _origins(sql: str) -> list[tuple[int, int] | None] | None:
-    found = result_origins(pglast.parse_sql(sql)[0].stmt, _lookup)
+    found = result_origins(_parse(sql), _lookup)
     if found is None:
         return None
     return [None if o is None else (o.table_oid, o.column_number) for o in found]
@@ -53,5 +63,5 @@ def test_origins(sql: str, expected: list[tuple[int, int] | None] | None) -> Non
 
 
 def test_the_declared_type_comes_along() -> None:
-    found = result_origins(pglast.parse_sql("SELECT data FROM orders")[0].stmt, _lookup)
+    found = result_origins(_parse("SELECT data FROM orders"), _lookup)
     assert found is not None and found[0] is not None and found[0].pg_type == JSONB
