@@ -73,7 +73,7 @@ _EMPTY: dict[str, str] = {
     "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, "
     "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
     "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgname VARCHAR, tgenabled VARCHAR, "
-    "tgisinternal BOOLEAN, tgconstraint BIGINT",
+    "tgisinternal BOOLEAN, tgconstraint BIGINT, tgparentid BIGINT",
     "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR",
     "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
     "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
@@ -129,6 +129,8 @@ COMPAT_FUNCTIONS = frozenset(
         "shobj_description",
         "pg_get_indexdef",
         "pg_get_constraintdef",
+        "pg_partition_ancestors",
+        "pg_get_triggerdef",
         "pg_get_viewdef",
         "pg_encoding_to_char",
         "pg_get_serial_sequence",
@@ -403,6 +405,9 @@ CREATE MACRO {SCHEMA}.regclass_oid(x) AS COALESCE(
        AND (sb_n.nspname = {SCHEMA}.sb_first_ident(x)
             OR ({SCHEMA}.sb_first_ident(x) IS NULL AND {SCHEMA}.pg_table_is_visible(sb_c.oid)))));
 CREATE MACRO {SCHEMA}.to_regclass(x) AS {SCHEMA}.regclass_oid(x);
+CREATE MACRO {SCHEMA}.pg_partition_ancestors(r) AS TABLE
+    SELECT {SCHEMA}.regclass_oid(r) AS relid, 1::BIGINT AS depth;
+CREATE MACRO {SCHEMA}.pg_get_triggerdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.regclass_name(x) AS (
     SELECT CASE WHEN {SCHEMA}.pg_table_is_visible(sb_c.oid) THEN sb_c.relname
         ELSE sb_n.nspname || '.' || sb_c.relname END
@@ -590,11 +595,22 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
     for name, oid in SYSTEM_RELATIONS.items():
         _add(classes, **_class_row(oid, name, PG_CATALOG_OID, "r", 0, False))
     served: dict[tuple[str, str], Served] = {}
+    # tables on either side of a foreign key have triggers in Postgres (psql's \d looks)
+    names = {(t.schema, t.name) for t in tables}
+    triggers = {
+        end
+        for t in tables
+        for k in t.foreign_keys
+        if (k.ref_schema, k.ref_table) in names
+        for end in ((t.schema, t.name), (k.ref_schema, k.ref_table))
+    }
     for table in tables:
         ns = namespace_oid(table.schema)
         oid = table.oid
         has_pk = bool(table.primary_key)
-        _add(classes, **_class_row(oid, table.name, ns, "r", len(table.columns), has_pk))
+        relation = _class_row(oid, table.name, ns, "r", len(table.columns), has_pk)
+        relation["relhastriggers"] = (table.schema, table.name) in triggers
+        _add(classes, **relation)
         positions: dict[str, int] = {}
         for number, column in enumerate(table.columns, start=1):
             positions[column.name] = number

@@ -48,6 +48,7 @@ from streambed.server import (
     origins,
     pgtypes,
     rewrite,
+    select_list,
     sqlparse,
     timetravel,
     vectors,
@@ -1011,6 +1012,7 @@ class DbSession:
         self._origins = origins.result_origins(
             stmt, lambda schema, name: self._db.table_columns(schema, name, path)
         )
+        select_list.name_reg_outputs(stmt)  # before the rewrite, after naming the columns
         if rewrite.needs_rewrite(stmt) or keywords.needs_quoting(stmt):
             try:
                 text = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pglast import ast, enums
 
-from streambed.server import catalog, extract, numeric, vectors
+from streambed.server import catalog, extract, numeric, select_list, vectors
 from streambed.server.keywords import QuotingStream
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
@@ -135,7 +135,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
         elif isinstance(node, ast.A_Indirection):
             found = vectors.is_vector_subscript(node)
         elif isinstance(node, ast.ResTarget):
-            found = vectors.is_series_target(node)
+            found = select_list.is_series_target(node)
         elif isinstance(node, ast.SQLValueFunction):
             found = node.op in _USER_FUNCS or node.op in (
                 enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG,
@@ -302,9 +302,9 @@ class _Rewriter:
         return node
 
     def replace(self, node: ast.Node) -> Any:
-        if vectors.is_series_target(node):
+        if select_list.is_series_target(node):
             assert isinstance(node, ast.ResTarget)
-            return vectors.unnest_series(node)
+            return select_list.unnest_series(node)
         if vectors.is_vector_subscript(node) and id(node) not in self.shifted:
             self.shifted.add(id(node))
             assert isinstance(node, ast.A_Indirection)

@@ -1,5 +1,4 @@
-"""int2vector and oidvector, as Postgres's catalogs have them, and the series clients number
-them with.
+"""int2vector and oidvector, as Postgres's catalogs have them.
 
 `pg_index.indkey`, `pg_proc.proargtypes` and their kind are vectors: subscripts start at 0
 (`indkey[0]` is the first key column), the text form is space-separated ("1 2"), and
@@ -55,20 +54,4 @@ def shift_subscripts(node: ast.A_Indirection) -> ast.A_Indirection:
             )
         items.append(item)
     node.indirection = tuple(items)
-    return node
-
-
-def is_series_target(node: ast.Node) -> bool:
-    """`node` is a select-list item `generate_series(...)`: a set-returning function in
-    Postgres (one row per value), a list in DuckDB (psqlODBC's SQLForeignKeys numbers key
-    columns so)."""
-    if not isinstance(node, ast.ResTarget) or not isinstance(node.val, ast.FuncCall):
-        return False
-    names = [n.sval for n in node.val.funcname or () if isinstance(n, ast.String)]
-    return names[-1:] == ["generate_series"] and names[:-1] in ([], ["pg_catalog"])
-
-
-def unnest_series(node: ast.ResTarget) -> ast.ResTarget:
-    """The select-list item with its series as rows (`unnest`)."""
-    node.val = ast.FuncCall(funcname=(ast.String(sval="unnest"),), args=(node.val,))
     return node
