@@ -8,7 +8,7 @@ from typing import Any
 import pglast
 import pytest
 
-from streambed.server import pgtypes, vectors
+from streambed.server import pgtypes, select_list, vectors
 from streambed.server.keywords import QuotingStream, duckdb_only_keywords, needs_quoting
 from streambed.server.pgarray import NotOneDimensional, parse_array
 
@@ -90,3 +90,30 @@ def test_declared_types(oid: int, typmod: int, duckdb: str, shown: str) -> None:
 def test_a_type_the_lake_holds_typed_otherwise_is_not_overridden() -> None:
     assert pgtypes.declared_type(3802, -1, "INTEGER") is None  # not what DuckDB reads
     assert pgtypes.declared_type(16500, -1, "VARCHAR") is None  # an enum: not built in
+
+
+@pytest.mark.parametrize(
+    ("sql", "printed"),
+    [
+        ("select generate_series(1, 3) as i", "SELECT unnest(generate_series(1, 3)) AS i"),
+        ("select pg_catalog.pg_partition_ancestors('16400')",
+         "SELECT sb_pg.regclass_oid('16400')"),
+    ],
+)  # fmt: skip
+def test_set_returning_select_list_items(sql: str, printed: str) -> None:
+    target = _parse(sql).targetList[0]
+    assert select_list.is_series_target(target)
+    assert QuotingStream()(select_list.unnest_series(target)) == printed.split("SELECT ", 1)[1]
+
+
+def test_reg_outputs_of_the_outer_query_are_named() -> None:
+    stmt = _parse(
+        "select conrelid::regclass as t, x from c where y in (select z::regclass from d) "
+        "union all select 1::regclass, 2"
+    )
+    select_list.name_reg_outputs(stmt)
+    assert QuotingStream()(stmt) == (
+        "SELECT CAST(CAST(conrelid AS regclass) AS text) AS t, x FROM c "
+        "WHERE y IN (SELECT CAST(z AS regclass) FROM d) "
+        "UNION ALL SELECT CAST(CAST(1 AS regclass) AS text), 2"
+    )
