@@ -41,6 +41,8 @@ class PgType:
 
     def format_type(self) -> str:
         """The SQL spelling `format_type(oid, typmod)` gives, e.g. numeric(10,2)."""
+        if self.oid in VECTOR_OIDS:
+            return self.name
         if self.element is not None:
             return self.element.with_typmod(self.typmod).format_type() + "[]"
         base = _SQL_NAMES.get(self.name, self.name)
