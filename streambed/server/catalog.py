@@ -14,6 +14,9 @@ and `streambed.server.rewrite` points catalog references of client queries at it
 
 Replicated tables appear as ordinary tables (relkind 'r'); a primary key (from the Iceberg
 table's identifier fields) appears as a unique index `<table>_pkey` and a 'p' constraint.
+Columns have the source's declared types and NOT NULL, and foreign keys between served
+tables are 'f' constraints, where the lake table records them (`streambed.lake.declared`,
+`streambed.server.foreign_keys`).
 """
 
 from __future__ import annotations
