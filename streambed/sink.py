@@ -51,6 +51,7 @@ from streambed.errors import Kind, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
+from streambed.lake.declared import record_facts
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.expire import MIN_INTERVAL_S, Retention, expire
 from streambed.lake.files import FileInfo, Footer, data_files, file_info, write_parquet_files
@@ -366,6 +367,9 @@ class IcebergSink:
                 lake_names = {f.name for f in table.schema().fields}
                 columns = self.source.columns(relation.relation_id, lake_names)
             table = evolve_table(table, relation, key, columns, self.on_incompatible)
+        if self.source is not None:
+            names = [f.name for f in table.schema().fields]
+            table = record_facts(table, self.source.facts(relation.relation_id, names))
         self._tables[name] = table
         self._layouts[name] = (relation, key)
         return table

@@ -14,6 +14,9 @@ and `streambed.server.rewrite` points catalog references of client queries at it
 
 Replicated tables appear as ordinary tables (relkind 'r'); a primary key (from the Iceberg
 table's identifier fields) appears as a unique index `<table>_pkey` and a 'p' constraint.
+Columns have the source's declared types and NOT NULL, and foreign keys between served
+tables are 'f' constraints, where the lake table records them (`streambed.lake.declared`,
+`streambed.server.foreign_keys`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from streambed.lake.declared import ForeignKey
 from streambed.server import pgtypes
+from streambed.server.foreign_keys import Served, foreign_key_rows
 
 SCHEMA = "sb_pg"
 INFO_SCHEMA = "sb_information_schema"
@@ -71,7 +76,7 @@ _EMPTY: dict[str, str] = {
     "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, "
     "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
     "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgname VARCHAR, tgenabled VARCHAR, "
-    "tgisinternal BOOLEAN, tgconstraint BIGINT",
+    "tgisinternal BOOLEAN, tgconstraint BIGINT, tgparentid BIGINT",
     "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR",
     "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
     "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
@@ -102,7 +107,15 @@ _VIEWS = ("pg_tables", "pg_indexes", "pg_roles", "pg_user", "pg_database", "pg_s
 
 CATALOG_RELATIONS = frozenset(set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS)) - {"sb_indexdefs"}
 INFORMATION_SCHEMA_RELATIONS = frozenset(
-    {"tables", "columns", "schemata", "table_constraints", "key_column_usage", "views"}
+    {
+        "tables",
+        "columns",
+        "schemata",
+        "table_constraints",
+        "key_column_usage",
+        "referential_constraints",
+        "views",
+    }
 )
 
 COMPAT_FUNCTIONS = frozenset(
@@ -119,6 +132,8 @@ COMPAT_FUNCTIONS = frozenset(
         "shobj_description",
         "pg_get_indexdef",
         "pg_get_constraintdef",
+        "pg_partition_ancestors",
+        "pg_get_triggerdef",
         "pg_get_viewdef",
         "pg_encoding_to_char",
         "pg_get_serial_sequence",
@@ -172,6 +187,11 @@ class ColumnDef:
     name: str
     duckdb_type: str
     not_null: bool = False
+    declared: pgtypes.PgType | None = None  # the source's type, when clients should see it
+
+    @property
+    def pg_type(self) -> pgtypes.PgType:
+        return self.declared or pgtypes.pg_type_for_duckdb(self.duckdb_type)
 
 
 @dataclass(frozen=True)
@@ -182,6 +202,11 @@ class TableInfo:
     name: str
     columns: tuple[ColumnDef, ...]
     primary_key: tuple[str, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+
+    @property
+    def oid(self) -> int:
+        return stable_oid("table", self.schema, self.name)
 
 
 def stable_oid(*parts: str) -> int:
@@ -235,7 +260,11 @@ def _type_rows() -> pa.Table:
             "sqlname",
         ]
     }
-    array_oids = {t.element.oid: t.oid for t in pgtypes.ALL_TYPES if t.element is not None}
+    array_oids = {
+        t.element.oid: t.oid
+        for t in pgtypes.ALL_TYPES
+        if t.element is not None and t.oid not in pgtypes.VECTOR_OIDS
+    }
     for t in pgtypes.ALL_TYPES:
         element = t.element
         collatable = (element or t).oid in (25, 1043)
@@ -303,13 +332,23 @@ CREATE MACRO {SCHEMA}.pg_table_is_visible(o) AS (
 CREATE MACRO {SCHEMA}.pg_type_is_visible(o) AS true;
 CREATE MACRO {SCHEMA}.pg_function_is_visible(o) AS true;
 CREATE MACRO {SCHEMA}.pg_collation_is_visible(o) AS true;
+CREATE MACRO {SCHEMA}.sb_typmod_name(e, m) AS CASE
+    WHEN e = 1700 AND m >= 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')'
+    WHEN e = 1043 AND m >= 4 THEN 'character varying(' || (m - 4) || ')'
+    WHEN e = 1042 AND m >= 4 THEN 'character(' || (m - 4) || ')'
+    WHEN e = 1114 AND m >= 0 THEN 'timestamp(' || m || ') without time zone'
+    WHEN e = 1184 AND m >= 0 THEN 'timestamp(' || m || ') with time zone'
+    WHEN e = 1083 AND m >= 0 THEN 'time(' || m || ') without time zone'
+    WHEN e = 1266 AND m >= 0 THEN 'time(' || m || ') with time zone'
+    WHEN e = 1560 AND m >= 0 THEN 'bit(' || m || ')'
+    WHEN e = 1562 AND m >= 0 THEN 'bit varying(' || m || ')'
+    END;
 CREATE MACRO {SCHEMA}.format_type(t, m) AS (
     SELECT CASE
-        WHEN sb_x.typelem = 1700 AND m >= 4
-            THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')[]'
-        WHEN sb_x.oid = 1700 AND m >= 4
-            THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')'
-        ELSE sb_x.sqlname END
+        WHEN sb_x.typelem <> 0 AND sb_x.typcategory = 'A' AND t NOT IN (22, 30)
+            THEN COALESCE({SCHEMA}.sb_typmod_name(sb_x.typelem, m) || '[]', sb_x.sqlname)
+        WHEN t = 1042 AND m IS NOT NULL AND m < 0 THEN 'bpchar'
+        ELSE COALESCE({SCHEMA}.sb_typmod_name(sb_x.oid, m), sb_x.sqlname) END
     FROM {SCHEMA}.sb_types sb_x WHERE sb_x.oid = t);
 CREATE MACRO {SCHEMA}.pg_get_expr(e, r) AS NULL::VARCHAR, (e, r, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.obj_description(o) AS NULL::VARCHAR, (o, c) AS NULL::VARCHAR;
@@ -369,6 +408,9 @@ CREATE MACRO {SCHEMA}.regclass_oid(x) AS COALESCE(
        AND (sb_n.nspname = {SCHEMA}.sb_first_ident(x)
             OR ({SCHEMA}.sb_first_ident(x) IS NULL AND {SCHEMA}.pg_table_is_visible(sb_c.oid)))));
 CREATE MACRO {SCHEMA}.to_regclass(x) AS {SCHEMA}.regclass_oid(x);
+CREATE MACRO {SCHEMA}.pg_partition_ancestors(r) AS TABLE
+    SELECT {SCHEMA}.regclass_oid(r) AS relid, 1::BIGINT AS depth;
+CREATE MACRO {SCHEMA}.pg_get_triggerdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.regclass_name(x) AS (
     SELECT CASE WHEN {SCHEMA}.pg_table_is_visible(sb_c.oid) THEN sb_c.relname
         ELSE sb_n.nspname || '.' || sb_c.relname END
@@ -414,10 +456,10 @@ CREATE VIEW {s}.pg_database AS SELECT 16384::BIGINT AS oid, {_q(database)} AS da
     false AS datistemplate, true AS datallowconn, -1 AS datconnlimit,
     'C.UTF-8' AS datcollate, 'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale,
     NULL::VARCHAR AS datcollversion, NULL::VARCHAR[] AS datacl, 1663::BIGINT AS dattablespace;
-CREATE VIEW {s}.pg_settings AS SELECT name, value AS setting, NULL::VARCHAR AS unit,
-    'Ungrouped' AS category, description AS short_desc, NULL::VARCHAR AS extra_desc,
-    'user' AS context, 'string' AS vartype, 'default' AS source
-    FROM duckdb_settings() WHERE false;
+CREATE VIEW {s}.pg_settings AS SELECT 'max_index_keys' AS name, '32' AS setting,
+    NULL::VARCHAR AS unit, 'Preset Options' AS category,
+    'Shows the maximum number of index keys.' AS short_desc, NULL::VARCHAR AS extra_desc,
+    'internal' AS context, 'integer' AS vartype, 'default' AS source;
 """
 
 
@@ -555,33 +597,44 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
     defs = _rows(_INDEXDEFS)
     for name, oid in SYSTEM_RELATIONS.items():
         _add(classes, **_class_row(oid, name, PG_CATALOG_OID, "r", 0, False))
+    served: dict[tuple[str, str], Served] = {}
+    # tables on either side of a foreign key have triggers in Postgres (psql's \d looks)
+    names = {(t.schema, t.name) for t in tables}
+    triggers = {
+        end
+        for t in tables
+        for k in t.foreign_keys
+        if (k.ref_schema, k.ref_table) in names
+        for end in ((t.schema, t.name), (k.ref_schema, k.ref_table))
+    }
     for table in tables:
         ns = namespace_oid(table.schema)
-        oid = stable_oid("table", table.schema, table.name)
+        oid = table.oid
         has_pk = bool(table.primary_key)
-        _add(classes, **_class_row(oid, table.name, ns, "r", len(table.columns), has_pk))
+        relation = _class_row(oid, table.name, ns, "r", len(table.columns), has_pk)
+        relation["relhastriggers"] = (table.schema, table.name) in triggers
+        _add(classes, **relation)
         positions: dict[str, int] = {}
         for number, column in enumerate(table.columns, start=1):
             positions[column.name] = number
-            pg_type = pgtypes.pg_type_for_duckdb(column.duckdb_type)
-            _add(
-                attributes,
-                attrelid=oid, attname=column.name, atttypid=pg_type.oid, attstattarget=-1,
-                attlen=pg_type.typlen, attnum=number, attndims=1 if pg_type.is_array else 0,
-                attcacheoff=-1, atttypmod=pg_type.typmod, attbyval=pg_type.typlen in (1, 2, 4, 8),
-                attalign="i", attstorage="x" if pg_type.typlen < 0 else "p", attcompression="",
-                attnotnull=column.not_null or column.name in table.primary_key, atthasdef=False,
-                atthasmissing=False, attidentity="", attgenerated="", attisdropped=False,
-                attislocal=True, attinhcount=0,
-                attcollation=100 if pg_type.oid in (25, 1043) else 0,
-            )  # fmt: skip
+            not_null = column.not_null or column.name in table.primary_key
+            _add(attributes, **_attribute_row(oid, column.name, number, column.pg_type, not_null))
+        index_oid = stable_oid("index", table.schema, table.name)
+        served[(table.schema, table.name)] = Served(
+            oid, ns, positions, table.primary_key, index_oid if has_pk else 0
+        )
         if not has_pk:
             continue
         index_name = f"{table.name}_pkey"
-        index_oid = stable_oid("index", table.schema, table.name)
         constraint_oid = stable_oid("constraint", table.schema, table.name)
         keys = [positions[c] for c in table.primary_key if c in positions]
         _add(classes, **_class_row(index_oid, index_name, ns, "i", len(keys), False))
+        # an index has attributes of its own, one per key column (psqlODBC joins them)
+        by_name = {c.name: c for c in table.columns}
+        for number, name in enumerate(table.primary_key, start=1):
+            if name in by_name:
+                pg_type = by_name[name].pg_type
+                _add(attributes, **_attribute_row(index_oid, name, number, pg_type, False))
         _add(
             indexes,
             indexrelid=index_oid, indrelid=oid, indnatts=len(keys), indnkeyatts=len(keys),
@@ -607,12 +660,45 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
             f"USING btree ({cols})",
             condef=f"PRIMARY KEY ({cols})",
         )
+    for table in tables:
+        for key in table.foreign_keys:
+            row = foreign_key_rows(key, served[(table.schema, table.name)], served, _quote_ident)
+            if row is None:
+                continue
+            constraint_oid = stable_oid("constraint", table.schema, table.name, key.name)
+            _add(
+                constraints,
+                oid=constraint_oid, conname=key.name, connamespace=namespace_oid(table.schema),
+                contype="f", condeferrable=key.deferrable, condeferred=key.deferred,
+                convalidated=True, conrelid=row.conrelid, contypid=0, conindid=row.conindid,
+                conparentid=0, confrelid=row.confrelid, confupdtype=key.on_update,
+                confdeltype=key.on_delete, confmatchtype=key.match, conislocal=True,
+                coninhcount=0, connoinherit=True, conkey=row.conkey, confkey=row.confkey,
+            )  # fmt: skip
+            _add(defs, oid=None, conoid=constraint_oid, indexdef=None, condef=row.definition)
     _table(conn, "pg_namespace", namespaces, _NAMESPACE)
     _table(conn, "pg_class", classes, _CLASS)
     _table(conn, "pg_attribute", attributes, _ATTRIBUTE)
     _table(conn, "pg_index", indexes, _INDEX)
     _table(conn, "pg_constraint", constraints, _CONSTRAINT)
     _table(conn, "sb_indexdefs", defs, _INDEXDEFS)
+
+
+def _attribute_row(
+    relid: int, name: str, number: int, pg_type: pgtypes.PgType, not_null: bool
+) -> dict[str, object]:
+    collatable = (pg_type.element or pg_type).oid in (25, 1042, 1043)
+    return {
+        "attrelid": relid, "attname": name, "atttypid": pg_type.oid, "attstattarget": -1,
+        "attlen": pg_type.typlen, "attnum": number, "attndims": 1 if pg_type.is_array else 0,
+        "attcacheoff": -1, "atttypmod": pg_type.typmod,
+        "attbyval": pg_type.typlen in (1, 2, 4, 8) and not pg_type.is_array,
+        "attalign": "d" if pg_type.typlen == 8 else "i",
+        "attstorage": "x" if pg_type.typlen < 0 else "p", "attcompression": "",
+        "attnotnull": not_null, "atthasdef": False, "atthasmissing": False, "attidentity": "",
+        "attgenerated": "", "attisdropped": False, "attislocal": True, "attinhcount": 0,
+        "attcollation": 100 if collatable else 0,
+    }  # fmt: skip
 
 
 def _quote_ident(name: str) -> str:
@@ -642,9 +728,15 @@ CREATE VIEW {i}.columns AS SELECT {db} AS table_catalog, n.nspname AS table_sche
     c.relname AS table_name, a.attname AS column_name, a.attnum::INTEGER AS ordinal_position,
     NULL::VARCHAR AS column_default, CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END
     AS is_nullable,
-    CASE WHEN t.typelem <> 0 THEN 'ARRAY' ELSE regexp_replace(t.sqlname, '\\(.*\\)', '') END
+    CASE WHEN t.typelem <> 0 AND a.atttypid NOT IN (22, 30) THEN 'ARRAY'
+         ELSE regexp_replace(t.sqlname, '\\(.*\\)', '') END
     AS data_type,
-    NULL::INTEGER AS character_maximum_length, NULL::INTEGER AS character_octet_length,
+    CASE WHEN a.atttypid IN (1042, 1043) AND a.atttypmod >= 4 THEN a.atttypmod - 4
+         WHEN a.atttypid IN (1560, 1562) AND a.atttypmod >= 0 THEN a.atttypmod
+    END::INTEGER AS character_maximum_length,
+    CASE WHEN a.atttypid IN (1042, 1043) AND a.atttypmod >= 4 THEN (a.atttypmod - 4) * 4
+         WHEN a.atttypid IN (25, 1042, 1043) THEN 1073741824
+    END::INTEGER AS character_octet_length,
     CASE WHEN a.atttypid = 1700 AND a.atttypmod >= 4 THEN (a.atttypmod - 4) >> 16
          WHEN a.atttypid = 21 THEN 16 WHEN a.atttypid = 23 THEN 32 WHEN a.atttypid = 20 THEN 64
          WHEN a.atttypid = 700 THEN 24 WHEN a.atttypid = 701 THEN 53 END::INTEGER
@@ -653,7 +745,8 @@ CREATE VIEW {i}.columns AS SELECT {db} AS table_catalog, n.nspname AS table_sche
     END::INTEGER AS numeric_precision_radix,
     CASE WHEN a.atttypid = 1700 AND a.atttypmod >= 4 THEN (a.atttypmod - 4) & 65535
          WHEN a.atttypid IN (21, 23, 20) THEN 0 END::INTEGER AS numeric_scale,
-    CASE WHEN a.atttypid IN (1083, 1114, 1184, 1186, 1266) THEN 6
+    CASE WHEN a.atttypid IN (1083, 1114, 1184, 1266) AND a.atttypmod >= 0 THEN a.atttypmod
+         WHEN a.atttypid IN (1083, 1114, 1184, 1186, 1266) THEN 6
          WHEN a.atttypid = 1082 THEN 0 END::INTEGER AS datetime_precision,
     {db} AS udt_catalog, 'pg_catalog' AS udt_schema, t.typname AS udt_name,
     'NO' AS is_identity, 'NEVER' AS is_generated, 'NO' AS is_updatable
@@ -663,19 +756,42 @@ CREATE VIEW {i}.columns AS SELECT {db} AS table_catalog, n.nspname AS table_sche
     WHERE c.relkind = 'r' AND a.attnum > 0;
 CREATE VIEW {i}.table_constraints AS SELECT {db} AS constraint_catalog,
     n.nspname AS constraint_schema, k.conname AS constraint_name, {db} AS table_catalog,
-    n.nspname AS table_schema, c.relname AS table_name, 'PRIMARY KEY' AS constraint_type,
-    'NO' AS is_deferrable, 'NO' AS initially_deferred, 'YES' AS enforced
+    n.nspname AS table_schema, c.relname AS table_name,
+    CASE k.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'f' THEN 'FOREIGN KEY' WHEN 'u' THEN 'UNIQUE'
+        ELSE 'CHECK' END AS constraint_type,
+    CASE WHEN k.condeferrable THEN 'YES' ELSE 'NO' END AS is_deferrable,
+    CASE WHEN k.condeferred THEN 'YES' ELSE 'NO' END AS initially_deferred, 'YES' AS enforced
     FROM {s}.pg_constraint k JOIN {s}.pg_class c ON c.oid = k.conrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace;
 CREATE VIEW {i}.key_column_usage AS SELECT {db} AS constraint_catalog,
     n.nspname AS constraint_schema, k.conname AS constraint_name, {db} AS table_catalog,
     n.nspname AS table_schema, c.relname AS table_name, a.attname AS column_name,
-    u.pos::INTEGER AS ordinal_position, NULL::INTEGER AS position_in_unique_constraint
+    u.pos::INTEGER AS ordinal_position,
+    CASE WHEN k.contype = 'f' THEN COALESCE(list_position(
+        (SELECT p.conkey FROM {s}.pg_constraint p WHERE p.conrelid = k.confrelid
+            AND p.contype = 'p'), k.confkey[u.pos]), u.pos) END::INTEGER
+    AS position_in_unique_constraint
     FROM {s}.pg_constraint k JOIN {s}.pg_class c ON c.oid = k.conrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace,
     LATERAL (SELECT unnest(k.conkey) AS attnum, generate_subscripts(k.conkey, 1) AS pos) u
     JOIN {s}.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum;
+CREATE VIEW {i}.referential_constraints AS SELECT {db} AS constraint_catalog,
+    n.nspname AS constraint_schema, k.conname AS constraint_name,
+    {db} AS unique_constraint_catalog, pn.nspname AS unique_constraint_schema,
+    p.conname AS unique_constraint_name,
+    CASE k.confmatchtype WHEN 'f' THEN 'FULL' WHEN 'p' THEN 'PARTIAL' ELSE 'NONE' END
+    AS match_option,
+    {_RULE.format(column="k.confupdtype")} AS update_rule,
+    {_RULE.format(column="k.confdeltype")} AS delete_rule
+    FROM {s}.pg_constraint k JOIN {s}.pg_namespace n ON n.oid = k.connamespace
+    LEFT JOIN {s}.pg_constraint p ON p.conrelid = k.confrelid AND p.contype = 'p'
+    LEFT JOIN {s}.pg_namespace pn ON pn.oid = p.connamespace
+    WHERE k.contype = 'f';
 """
+
+
+_RULE = """CASE {column} WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL'
+    WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END"""
 
 
 def catalog_tables_sql() -> list[str]:

@@ -38,15 +38,20 @@ from pglast import ast, enums
 from pglast.stream import RawStream
 
 from streambed.config import Settings
+from streambed.lake.declared import SourceFacts, facts_of
 from streambed.server import (
     catalog,
     cursors,
     extract,
+    keywords,
     numeric,
+    origins,
     pgtypes,
     rewrite,
+    select_list,
     sqlparse,
     timetravel,
+    vectors,
 )
 from streambed.server.extensions import load_extensions, offline_config
 
@@ -150,10 +155,23 @@ class ColumnInfo:
     typmod: int
     type_name: str
     pg_type: pgtypes.PgType
+    table_oid: int = 0  # a column taken straight from a table: its OID and column number
+    column_number: int = 0
 
     @classmethod
     def of(cls, name: str, pg_type: pgtypes.PgType) -> ColumnInfo:
         return cls(name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type)
+
+    def from_table(self, origin: origins.Origin, duckdb_type: str) -> ColumnInfo:
+        """This column as taken straight from a table column: its table and number, and
+        the declared type when the table column's DuckDB type is this column's."""
+        pg_type = self.pg_type
+        if origin.pg_type is not None and origin.stored_type == duckdb_type:
+            pg_type = origin.pg_type
+        return ColumnInfo(
+            self.name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type,
+            origin.table_oid, origin.column_number,
+        )  # fmt: skip
 
 
 class QueryResult:
@@ -443,6 +461,7 @@ class _Shape:
     keys: tuple[str, ...]
     required: frozenset[str]
     schema_key: tuple[str, int]
+    facts: SourceFacts = field(default_factory=SourceFacts)
 
 
 class LakeDatabase:
@@ -467,6 +486,7 @@ class LakeDatabase:
         self._columns_cache: dict[tuple[str, int], tuple[tuple[str, str], ...]] = {}
         self._snapshot_cache: dict[str, list[timetravel.SnapshotInfo]] = {}
         self._generation = _Generation(None, {}, frozenset())
+        self._catalog_columns: dict[str, origins.Columns] = {}
         try:
             self._setup()
         except Exception:
@@ -506,6 +526,16 @@ class LakeDatabase:
         conn.execute(f"SET allowed_directories = [{listed}]")
         conn.execute("SET enable_external_access = false")
         conn.execute("SET allow_community_extensions = false")
+        for name, vector_columns in vectors.VECTOR_COLUMNS.items():
+            described = conn.execute(f"DESCRIBE {catalog.SCHEMA}.{name}").fetchall()
+            relid = catalog.SYSTEM_RELATIONS.get(name, 0)
+            self._catalog_columns[name] = [
+                (
+                    str(row[0]),
+                    origins.Origin(relid, number, vector_columns.get(str(row[0])), str(row[1])),
+                )
+                for number, row in enumerate(described, start=1)
+            ]
         # No lock_configuration: it would also lock each session's TimeZone, which DuckDB's
         # ICU functions (date_trunc, ::date, extract on timestamptz) compute in. The sandbox
         # holds without it: DuckDB refuses to turn external access, allowed_directories,
@@ -547,7 +577,8 @@ class LakeDatabase:
             keys = tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
             required = frozenset(f.name for f in schema.fields if f.required)
             schema_key = (str(table.metadata.table_uuid), schema.schema_id)
-            cached = _Shape(tuple(k for k in keys if k), required, schema_key)
+            facts = facts_of(table.metadata.properties)
+            cached = _Shape(tuple(k for k in keys if k), required, schema_key, facts)
             self._metadata_cache[location] = cached
         return cached
 
@@ -585,8 +616,9 @@ class LakeDatabase:
                 infos[(schema, table)] = catalog.TableInfo(
                     schema,
                     table,
-                    tuple(catalog.ColumnDef(n, t, n in required) for n, t in columns),
+                    _column_defs(columns, required, shape.facts),
                     pk if pk is not None else keys,
+                    shape.facts.foreign_keys,
                 )
             if old.watermark is not None:
                 for schema, table in old.watermark.tables:
@@ -640,6 +672,30 @@ class LakeDatabase:
     def schemas(self) -> frozenset[str]:
         return self._generation.schemas | {"public"}
 
+    def table_columns(
+        self, schema: str | None, name: str, path: Sequence[str]
+    ) -> origins.Columns | None:
+        """The columns of the relation a query names `schema.name` (schema None: found on
+        `path`), with where each comes from (`streambed.server.origins`); None when it is
+        not a replicated table or a catalog relation with vector columns."""
+        if schema in (None, "pg_catalog") and name in self._catalog_columns:
+            return self._catalog_columns[name]
+        if schema is None and name in catalog.CATALOG_RELATIONS:
+            return None
+        tables = self._generation.tables
+        found = None
+        for candidate in [schema] if schema is not None else path:
+            found = tables.get((candidate, name))
+            if found is not None:
+                break
+        if found is None:
+            return None
+        oid = found.oid
+        return [
+            (c.name, origins.Origin(oid, number, c.declared, c.duckdb_type))
+            for number, c in enumerate(found.columns, start=1)
+        ]
+
     def serves(self, schema: str, name: str) -> bool:
         """Whether `schema.name` is a replicated table the query views hold now."""
         return (schema, name) in self._generation.tables
@@ -657,6 +713,23 @@ class LakeDatabase:
 
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _column_defs(
+    columns: Sequence[tuple[str, str]], required: frozenset[str], facts: SourceFacts
+) -> tuple[catalog.ColumnDef, ...]:
+    """The catalog's columns of a table: DuckDB's (name, type), with the source's declared
+    type and NOT NULL where recorded (`streambed.lake.declared`)."""
+    declared = {c.name: c for c in facts.columns}
+    out = []
+    for name, duckdb_type in columns:
+        source = declared.get(name)
+        pg_type = None
+        if source is not None:
+            pg_type = pgtypes.declared_type(source.type_oid, source.typmod, duckdb_type)
+        not_null = name in required or (source is not None and source.not_null)
+        out.append(catalog.ColumnDef(name, duckdb_type, not_null, pg_type))
+    return tuple(out)
 
 
 def split_statements(sql: str) -> list[str]:
@@ -694,6 +767,8 @@ class DbSession:
         self._active = cursor  # the DuckDB connection running the current statement
         self._cursors: dict[str, cursors.SqlCursor] = {}
         self._savepoints: list[str] = []  # of the open transaction block, oldest first
+        # the result columns taken straight from tables, of the last statement prepared
+        self._origins: list[origins.Origin | None] | None = None
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -735,6 +810,7 @@ class DbSession:
         """Run one statement. Raises QueryError (with SQLSTATE) on failure."""
         if self._open is not None:
             self._open.close()
+        self._origins = None
         try:
             return self._execute(sql, list(params or ()))
         except QueryError as e:
@@ -932,7 +1008,12 @@ class DbSession:
         """The DuckDB text of a parsed SELECT (rewritten only if needed), its parameters and
         the Postgres column names. `sql` None: print the statement from its parse tree."""
         names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
-        if rewrite.needs_rewrite(stmt):
+        path = self._search_path()
+        self._origins = origins.result_origins(
+            stmt, lambda schema, name: self._db.table_columns(schema, name, path)
+        )
+        select_list.name_reg_outputs(stmt)  # before the rewrite, after naming the columns
+        if rewrite.needs_rewrite(stmt) or keywords.needs_quoting(stmt):
             try:
                 text = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)
             except timetravel.TimeTravelError as e:
@@ -1023,6 +1104,12 @@ class DbSession:
             ColumnInfo.of(name, pgtypes.pg_type_for_duckdb(str(d[1])))
             for name, d in zip(final_names, description, strict=True)
         ]
+        found, self._origins = self._origins, None
+        if found is not None and len(found) == len(columns):
+            columns = [
+                c if o is None else c.from_table(o, str(d[1]))
+                for c, o, d in zip(columns, found, description, strict=True)
+            ]
         # exact avg()/division items: send their text (numeric, Postgres's scale)
         texts = [i for i, d in enumerate(description) if str(d[1]) == pgtypes.NUMERIC_TEXT_TYPE]
         fields = [

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pglast import ast, enums
-from pglast.stream import RawStream
 
-from streambed.server import catalog, extract, numeric
+from streambed.server import catalog, extract, numeric, select_list, vectors
+from streambed.server.keywords import QuotingStream
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError, split_table_name
@@ -132,6 +132,10 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             found = found or _like_escape(node) is not None
         elif isinstance(node, ast.CollateClause):
             found = True
+        elif isinstance(node, ast.A_Indirection):
+            found = vectors.is_vector_subscript(node)
+        elif isinstance(node, ast.ResTarget):
+            found = select_list.is_series_target(node)
         elif isinstance(node, ast.SQLValueFunction):
             found = node.op in _USER_FUNCS or node.op in (
                 enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG,
@@ -279,6 +283,7 @@ class _Rewriter:
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
         self.text_items = text_items  # ids of avg/division nodes sent as numeric text
         self.exact_numeric = True  # avg(), division, ::numeric as Postgres types them
+        self.shifted: set[int] = set()  # vector subscripts already counted from 1
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -297,6 +302,13 @@ class _Rewriter:
         return node
 
     def replace(self, node: ast.Node) -> Any:
+        if select_list.is_series_target(node):
+            assert isinstance(node, ast.ResTarget)
+            return select_list.unnest_series(node)
+        if vectors.is_vector_subscript(node) and id(node) not in self.shifted:
+            self.shifted.add(id(node))
+            assert isinstance(node, ast.A_Indirection)
+            return vectors.shift_subscripts(node)
         if isinstance(node, ast.RangeVar) and _is_catalog_range(node):
             target = catalog.SCHEMA
             if node.schemaname == "information_schema":
@@ -460,7 +472,15 @@ class _Rewriter:
         if name in ("current_user", "session_user", "user") and not args:
             return _const(session.user)
         if name == "current_schemas":
-            items = tuple(_const(s) for s in session.search_path)
+            # current_schemas(true) includes the implicit pg_catalog, searched first
+            implicit = not (
+                args
+                and isinstance(args[0], ast.A_Const)
+                and isinstance(args[0].val, ast.Boolean)
+                and not args[0].val.boolval
+            )
+            path = [s for s in session.search_path if s != "pg_catalog"]
+            items = tuple(_const(s) for s in (["pg_catalog"] if implicit else []) + path)
             return ast.A_ArrayExpr(elements=items)
         if name == "pg_backend_pid" and not args:
             return _const(0)
@@ -536,7 +556,7 @@ def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) 
     rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
     rewriter.exact_numeric = exact_numeric
     rewritten = rewriter.transform(stmt)
-    text: str = RawStream()(rewritten)
+    text: str = QuotingStream()(rewritten)  # quotes names DuckDB reads as keywords
     return text
 
 

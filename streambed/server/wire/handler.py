@@ -162,19 +162,28 @@ class Portal:
 MAX_COLUMNS = 1664  # Postgres' limit on the columns of a result
 
 
-def _specs(columns: Sequence[Column], formats: Sequence[int]) -> list[results.ColumnSpec]:
-    """The wire description of a result's columns; more than Postgres allows is 54011 (a
-    RowDescription could not even count past 32767)."""
-    if len(columns) > MAX_COLUMNS:
-        raise SqlError("54011", f"target lists can have at most {MAX_COLUMNS} entries")
-    return results.column_specs([(c.name, _pg_type(c)) for c in columns], formats)
-
-
 def _pg_type(column: Column) -> pgtypes.PgType:
+    own = getattr(column, "pg_type", None)  # the database's own account, when it gives one
+    if isinstance(own, pgtypes.PgType) and own.oid == column.type_oid:
+        return own
     base = pgtypes.BY_OID.get(column.type_oid)
     if base is None:
         base = pgtypes.PgType(column.type_oid, column.type_name, -1)
     return base.with_typmod(column.typmod)
+
+
+def _specs(
+    columns: Sequence[Column], result_formats: Sequence[int] = ()
+) -> list[results.ColumnSpec]:
+    """RowDescription entries: types, formats, and for a column taken straight from a
+    table, that table's OID and the column's number (0 otherwise). More columns than
+    Postgres allows is 54011 (a RowDescription could not even count past 32767)."""
+    if len(columns) > MAX_COLUMNS:
+        raise SqlError("54011", f"target lists can have at most {MAX_COLUMNS} entries")
+    origins = [
+        (int(getattr(c, "table_oid", 0)), int(getattr(c, "column_number", 0))) for c in columns
+    ]
+    return results.column_specs([(c.name, _pg_type(c)) for c in columns], result_formats, origins)
 
 
 # Startup parameters a client may set, applied with SET (pgjdbc sends TimeZone, psql
