@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from streambed.server import pgtypes
+from streambed.server import catalog_tools, pgtypes
 
 SCHEMA = "sb_pg"
 INFO_SCHEMA = "sb_information_schema"
@@ -76,7 +76,6 @@ _EMPTY: dict[str, str] = {
     "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
     "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
     "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder DOUBLE, enumlabel VARCHAR",
-    "pg_range": "rngtypid BIGINT, rngsubtype BIGINT",
     "pg_extension": "oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
     "extversion VARCHAR",
     "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT",
@@ -84,8 +83,6 @@ _EMPTY: dict[str, str] = {
     "pg_event_trigger": "oid BIGINT, evtname VARCHAR",
     "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, definition VARCHAR",
     "pg_views": "schemaname VARCHAR, viewname VARCHAR, viewowner VARCHAR, definition VARCHAR",
-    "pg_proc": "oid BIGINT, proname VARCHAR, pronamespace BIGINT, prorettype BIGINT, "
-    "prokind VARCHAR, proargtypes BIGINT[], proretset BOOLEAN",
     "pg_tablespace": "oid BIGINT, spcname VARCHAR, spcowner BIGINT",
     "pg_auth_members": "roleid BIGINT, member BIGINT, grantor BIGINT",
 }
@@ -98,9 +95,11 @@ _DYNAMIC = (
     "pg_constraint",
     "sb_indexdefs",
 )
-_VIEWS = ("pg_tables", "pg_indexes", "pg_roles", "pg_user", "pg_database", "pg_settings", "pg_type")
+_VIEWS = ("pg_roles", "pg_user", "pg_database", "pg_settings", "pg_type")
 
-CATALOG_RELATIONS = frozenset(set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS)) - {"sb_indexdefs"}
+CATALOG_RELATIONS = frozenset(
+    set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS) | catalog_tools.RELATIONS
+) - {"sb_indexdefs"}
 INFORMATION_SCHEMA_RELATIONS = frozenset(
     {"tables", "columns", "schemata", "table_constraints", "key_column_usage", "views"}
 )
@@ -153,6 +152,7 @@ COMPAT_FUNCTIONS = frozenset(
         "to_regtype",
         "json_build_object",
         "jsonb_build_object",
+        *catalog_tools.FUNCTIONS,
     }
 )
 SESSION_FUNCTIONS = frozenset(
@@ -235,6 +235,7 @@ def _type_rows() -> pa.Table:
             "sqlname",
         ]
     }
+    proc = catalog_tools.proc_oid
     array_oids = {t.element.oid: t.oid for t in pgtypes.ALL_TYPES if t.element is not None}
     for t in pgtypes.ALL_TYPES:
         element = t.element
@@ -259,10 +260,11 @@ def _type_rows() -> pa.Table:
             "typndims": 0,
             "typcollation": 100 if collatable else 0,
             "typnotnull": False,
-            "typinput": ("array_in" if element else t.name + "in"),
-            "typoutput": ("array_out" if element else t.name + "out"),
-            "typreceive": ("array_recv" if element else t.name + "recv"),
-            "typsend": ("array_send" if element else t.name + "send"),
+            # regproc columns: oids of pg_proc rows (catalog_tools)
+            "typinput": proc("array_in" if element else t.name + "in"),
+            "typoutput": proc("array_out" if element else t.name + "out"),
+            "typreceive": proc("array_recv" if element else t.name + "recv"),
+            "typsend": proc("array_send" if element else t.name + "send"),
             "typalign": "d" if t.typlen == 8 else "i",
             "typstorage": "p" if t.typlen > 0 else "x",
             "typdefault": None,
@@ -387,8 +389,11 @@ CREATE MACRO {SCHEMA}.regnamespace_oid(x) AS COALESCE(
      WHERE sb_n.nspname = {SCHEMA}.sb_last_ident(x)));
 CREATE MACRO {SCHEMA}.regnamespace_name(x) AS
     (SELECT sb_n.nspname FROM {SCHEMA}.pg_namespace sb_n WHERE sb_n.oid = TRY_CAST(x AS BIGINT));
-CREATE MACRO {SCHEMA}.regproc_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
-CREATE MACRO {SCHEMA}.regproc_name(x) AS CAST(x AS VARCHAR);
+CREATE MACRO {SCHEMA}.regproc_oid(x) AS COALESCE(TRY_CAST(CAST(x AS VARCHAR) AS BIGINT),
+    (SELECT min(sb_p.oid) FROM {SCHEMA}.pg_proc sb_p
+     WHERE sb_p.proname = {SCHEMA}.sb_last_ident(x)));
+CREATE MACRO {SCHEMA}.regproc_name(x) AS COALESCE((SELECT min(sb_p.proname)
+    FROM {SCHEMA}.pg_proc sb_p WHERE sb_p.oid = TRY_CAST(x AS BIGINT)), CAST(x AS VARCHAR));
 CREATE MACRO {SCHEMA}.regprocedure_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
 CREATE MACRO {SCHEMA}.regprocedure_name(x) AS CAST(x AS VARCHAR);
 CREATE MACRO {SCHEMA}.regoper_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
@@ -401,7 +406,13 @@ CREATE MACRO {SCHEMA}.regrole_name(x) AS '{OWNER}';
 def _static_views(database: str) -> str:
     s = SCHEMA
     return f"""
-CREATE VIEW {s}.pg_type AS SELECT * EXCLUDE (sqlname) FROM {s}.sb_types;
+CREATE VIEW {s}.pg_type AS SELECT oid, typname, typnamespace, typowner, typlen, typbyval,
+    typtype, typcategory, typcategory IN ('B', 'S') OR oid IN (701, 1184) AS typispreferred,
+    typisdefined, typdelim, typrelid, CASE WHEN typelem <> 0 THEN 6179 ELSE 0 END::BIGINT
+    AS typsubscript, typelem, typarray, typinput, typoutput, typreceive, typsend,
+    0::BIGINT AS typmodin, 0::BIGINT AS typmodout, 0::BIGINT AS typanalyze, typalign,
+    typstorage, typnotnull, typbasetype, typtypmod, typndims, typcollation,
+    NULL::VARCHAR AS typdefaultbin, typdefault, NULL::VARCHAR[] AS typacl FROM {s}.sb_types;
 CREATE VIEW {s}.pg_roles AS SELECT {OWNER_OID}::BIGINT AS oid, '{OWNER}' AS rolname,
     true AS rolsuper, false AS rolinherit, false AS rolcreaterole, false AS rolcreatedb,
     true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
@@ -431,6 +442,7 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.unregister("sb_type_rows")
     for name, columns in _EMPTY.items():
         conn.execute(f"CREATE TABLE {SCHEMA}.{name} ({columns})")
+    catalog_tools.install_relations(conn)
     # tables are heap, primary key indexes btree (pgjdbc's getIndexInfo joins pg_am)
     conn.execute(
         f"INSERT INTO {SCHEMA}.pg_am VALUES (2, 'heap', 'heap_tableam_handler', 't'), "
@@ -440,6 +452,7 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.execute(_static_views(database))
     conn.execute(_MACROS)
     conn.execute(_information_schema(database))
+    catalog_tools.install(conn)
 
 
 def _table(
@@ -555,6 +568,9 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
     defs = _rows(_INDEXDEFS)
     for name, oid in SYSTEM_RELATIONS.items():
         _add(classes, **_class_row(oid, name, PG_CATALOG_OID, "r", 0, False))
+    for name in sorted(INFORMATION_SCHEMA_RELATIONS):  # views there, as in Postgres
+        view_oid = stable_oid("view", "information_schema", name)
+        _add(classes, **_class_row(view_oid, name, INFORMATION_SCHEMA_OID, "v", 0, False))
     for table in tables:
         ns = namespace_oid(table.schema)
         oid = stable_oid("table", table.schema, table.name)

@@ -21,7 +21,7 @@ from typing import Any
 from pglast import ast, enums
 from pglast.stream import RawStream
 
-from streambed.server import catalog, extract, numeric
+from streambed.server import catalog, extract, numeric, rewrite_tools
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError, split_table_name
@@ -77,6 +77,8 @@ class SessionValues:
     time_travel: Callable[[str, str, Any], tuple[str, int]] | None = None
     params: tuple[Any, ...] = ()
     settings: Mapping[str, str] = field(default_factory=dict)  # SHOW-able, lowercase names
+    # set_config(name, value, is_local) -> the value set (validated like SET)
+    set_setting: Callable[[str, str, bool], str] | None = None
 
 
 def _strings(names: Any) -> list[str]:
@@ -121,6 +123,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
                 or names[-1] in catalog.COMPAT_FUNCTIONS
                 or names[-1] in catalog.SESSION_FUNCTIONS
                 or names[-1] == "_pg_expandarray"
+                or (names[-1] in _TOOL_FUNCTIONS and names[:-1] in ([], ["pg_catalog"]))
                 or _is_sum(node)
                 or numeric.is_avg(node)
                 or names[-1] in ("extract", "date_part")
@@ -143,6 +146,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             found = found or (names[-1] in ("numeric", "decimal") and not node.typmods)
         elif isinstance(node, ast.RangeFunction):
             found = _time_travel_call(node) is not None
+            found = found or rewrite_tools.scalar_in_from(node) is not None
         elif isinstance(node, ast.ColumnRef):
             fields = node.fields or ()
             found = (
@@ -153,6 +157,9 @@ def needs_rewrite(stmt: ast.Node) -> bool:
 
     _walk(stmt, visit)
     return found
+
+
+_TOOL_FUNCTIONS = frozenset({"format", "set_config", "pg_show_all_settings"})
 
 
 def _is_sum(node: ast.FuncCall) -> bool:
@@ -298,6 +305,12 @@ class _Rewriter:
 
     def replace(self, node: ast.Node) -> Any:
         if isinstance(node, ast.RangeVar) and _is_catalog_range(node):
+            if node.relname in rewrite_tools.SESSION_RELATIONS:
+                # pg_settings, pg_database: the session's values
+                relation = rewrite_tools.session_relation(
+                    node.relname, self.session.settings, self.session.database
+                )
+                return rewrite_tools.relation_call(node, relation)
             target = catalog.SCHEMA
             if node.schemaname == "information_schema":
                 target = catalog.INFO_SCHEMA
@@ -321,6 +334,14 @@ class _Rewriter:
             call = _time_travel_call(node)
             if call is not None:
                 return self.replace_time_travel(node, call)
+            scalar = rewrite_tools.scalar_in_from(node)
+            if scalar is not None:
+                # a function of one value in FROM: DuckDB reads FROM f() as a table function
+                scalar_call, column = scalar
+                return rewrite_tools.as_subquery(node, self.transform(scalar_call), column)
+            settings = self.settings_function(node)
+            if settings is not None:
+                return settings
             alias = node.alias
             if alias is not None and not alias.colnames and len(node.functions or ()) == 1:
                 # Postgres: a scalar function in FROM aliased `s` is also its column `s`
@@ -373,6 +394,27 @@ class _Rewriter:
             return self.replace_cast(node)
         return node
 
+    def settings_function(self, node: ast.RangeFunction) -> ast.RangeFunction | None:
+        """`FROM pg_show_all_settings()`: the rows of pg_settings."""
+        functions = node.functions or ()
+        item = functions[0] if len(functions) == 1 else None
+        call = item[0] if isinstance(item, tuple) else item
+        if not isinstance(call, ast.FuncCall) or call.args:
+            return None
+        if _strings(call.funcname)[-1:] != ["pg_show_all_settings"]:
+            return None
+        node.functions = ((rewrite_tools.settings_call(self.session.settings), None),)
+        if node.alias is None:
+            node.alias = ast.Alias(aliasname="pg_show_all_settings")
+        return node
+
+    def value_of(self, node: Any) -> Any:
+        """The value of a constant or $n argument (raises TimeTravelError if not one)."""
+        inner = node.arg if isinstance(node, ast.TypeCast) else node
+        if isinstance(inner, ast.A_Const) and isinstance(inner.val, ast.Boolean):
+            return inner.val.boolval
+        return _constant_value(node, self.session.params)
+
     def replace_time_travel(self, node: ast.RangeFunction, call: ast.FuncCall) -> Any:
         function = _strings(call.funcname)[1]
         args = list(call.args or ())
@@ -402,9 +444,12 @@ class _Rewriter:
         names = _strings(node.funcname)
         name = names[-1]
         args = list(self.transform(node.args or ()))
-        constant = self.session_function(name, args)
-        if constant is not None:
-            return constant
+        if names[:-1] in ([], ["pg_catalog"]):
+            constant = self.session_function(name, args)
+            if constant is not None:
+                return constant
+        if name == "format" and names[:-1] in ([], ["pg_catalog"]) and not node.over:
+            return rewrite_tools.format_call(args, self.value_of)
         if name == "_pg_expandarray" and len(args) == 1:
             # information_schema._pg_expandarray(arr): a set of (x, n), as pgjdbc's
             # getPrimaryKeys uses it in the select list
@@ -464,16 +509,11 @@ class _Rewriter:
             return ast.A_ArrayExpr(elements=items)
         if name == "pg_backend_pid" and not args:
             return _const(0)
-        if name == "current_setting" and args:
-            # the session's Postgres settings, not DuckDB's (a CASE keeps a $n argument)
-            return ast.CaseExpr(
-                arg=_func("lower", [args[0]], schema=None),
-                args=tuple(
-                    ast.CaseWhen(expr=_const(key), result=_const(value))
-                    for key, value in sorted(session.settings.items())
-                ),
-                defresult=_const(None),
-            )
+        if name == "current_setting":
+            # the session's Postgres settings, never DuckDB's
+            return rewrite_tools.current_setting(args, session.settings, self.value_of)
+        if name == "set_config":
+            return rewrite_tools.set_config(args, session.set_setting, self.value_of)
         return None
 
     def replace_cast(self, node: ast.TypeCast) -> Any:

@@ -1,0 +1,38 @@
+"""Metabase's sync queries, on Postgres and on the query server."""
+
+from __future__ import annotations
+
+from . import metabase_queries as q
+from .conftest import Pair
+
+
+def test_sync(pair: Pair) -> None:
+    expected, got = pair.both(q.TIMEZONE)  # the zone itself is the server's own
+    assert len(got.rows) == len(expected.rows) == 1
+    expected, got = pair.both(q.TABLES)
+    assert got.values("schema", "name", "type") == expected.values("schema", "name", "type")
+    assert len(got.rows) == 3
+    expected, got = pair.both(q.FIELDS)
+    keys = ("name", "database-type", "database-position", "table-schema", "table-name", "pk?",
+            "field-comment", "database-is-auto-increment")  # fmt: skip
+    assert got.values(*keys) == expected.values(*keys)
+    assert len(got.rows) == 9
+    expected, got = pair.both(q.FKS)
+    assert got.rows == expected.rows
+    expected, got = pair.both(q.INDEXES)
+    assert sorted(got.rows) == sorted(expected.rows)
+    expected, got = pair.both(q.ENUM_TYPES)
+    assert got.rows == expected.rows == []
+
+
+def test_format(pair: Pair) -> None:
+    for sql in (
+        "SELECT format('%I.%I', 'sales', 'Order Lines') AS f",
+        "SELECT format('%s-%s %%', 1, NULL) AS f",
+        "SELECT format('%L and %L', 'it''s', NULL) AS f",
+        "SELECT format('%2$s %1$s %s', 'a', 'b') AS f",
+        "SELECT format('\"%s\".\"%s\"', nspname, 'x') AS f FROM pg_namespace "
+        "WHERE nspname = 'sales'",
+    ):
+        expected, got = pair.both(sql)
+        assert got.rows == expected.rows, sql

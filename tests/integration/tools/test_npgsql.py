@@ -1,0 +1,27 @@
+"""Npgsql's type loading at connect (also Power BI's), on Postgres and on the query server."""
+
+from __future__ import annotations
+
+from . import npgsql_queries as q
+from .conftest import Pair
+
+
+def test_connect_loads_types(pair: Pair) -> None:
+    pair.both(q.VERSION)
+    expected, got = pair.both(q.LOAD_TYPES)
+    # every type the query server describes columns with is loaded as Postgres loads it
+    pg_types = {r[2]: (r[0], r[3]) for r in expected.rows}  # typname -> (schema, typtype)
+    served = {r[2]: (r[0], r[3]) for r in got.rows}
+    for name in ("bool", "int2", "int4", "int8", "numeric", "text", "varchar", "timestamptz",
+                 "date", "bytea", "uuid", "jsonb", "_int4", "_text", "_numeric"):  # fmt: skip
+        assert served.get(name) == pg_types[name], name
+    arrays = {r[2] for r in got.rows if r[3] == "a"}
+    assert arrays and all(name.startswith("_") for name in arrays)
+    # an array's element type is loaded before it (Npgsql resolves it by oid)
+    seen: set[int] = set()
+    for row in got.rows:
+        assert row[5] is None or row[5] in seen, row
+        seen.add(row[1])
+    for sql in (q.LOAD_COMPOSITES, q.LOAD_ENUMS):
+        expected, got = pair.both(sql)
+        assert got.rows == expected.rows == []

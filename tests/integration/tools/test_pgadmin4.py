@@ -1,0 +1,51 @@
+"""pgAdmin 4's connect sequence and browser tree, on Postgres and on the query server."""
+
+from __future__ import annotations
+
+from . import pgadmin4_queries as q
+from .conftest import Pair
+
+
+def test_connect(pair: Pair) -> None:
+    for sql in q.CONNECT[:-1]:
+        expected, got = pair.both(sql)
+        assert got.rows == expected.rows or sql.startswith("SELECT version")
+    expected, got = pair.both(q.DATABASE)
+    assert got.values("datname", "datallowconn", "serverencoding", "datistemplate") == (
+        expected.values("datname", "datallowconn", "serverencoding", "datistemplate")
+    )
+    assert got.values("datname") == [(pair.dbname,)]
+    expected, got = pair.both(q.RECOVERY)
+    assert got.rows == expected.rows == [(False, False)]
+
+
+def test_browser_tree(pair: Pair) -> None:
+    expected, got = pair.both(q.SCHEMAS)
+    assert got.values("name") == expected.values("name") == [("public",), ("sales",)]
+    pg_oid, lake_oid = pair.namespace_oids("sales")
+    expected = pair.postgres(q.TABLES.format(scid=pg_oid))
+    got = pair.served(q.TABLES.format(scid=lake_oid))
+    assert got.columns == expected.columns
+    names: tuple[str, ...] = (
+        "name",
+        "triggercount",
+        "is_partitioned",
+        "is_inherits",
+        "description",
+    )
+    assert got.values(*names) == expected.values(*names)
+    assert [r[0] for r in got.values("name")] == ["customers", "order_lines"]
+    for schema, table in (("public", "orders"), ("sales", "order_lines")):
+        pg_oid, lake_oid = pair.table_oids(schema, table)
+        expected = pair.postgres(q.COLUMNS.format(tid=pg_oid))
+        got = pair.served(q.COLUMNS.format(tid=lake_oid))
+        assert got.columns == expected.columns
+        names = (
+            "name",
+            "oid",
+            "datatype",
+            "displaytypname",
+            "not_null",
+            "has_default_val",
+        )
+        assert got.values(*names) == expected.values(*names)
