@@ -356,7 +356,8 @@ CREATE MACRO {SCHEMA}.sb_expandarray(a) AS
 CREATE MACRO {SCHEMA}.sb_divisor(b, a) AS
     CASE WHEN b = 0 AND a IS NOT NULL THEN error('division by zero') ELSE b END;
 CREATE MACRO {SCHEMA}.quote_ident(x) AS CASE
-    WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*') THEN x
+    WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*')
+        AND NOT list_contains({catalog_tools.QUOTED_KEYWORDS_SQL}, x) THEN x
     ELSE '"' || replace(x, '"', '""') || '"' END;
 CREATE MACRO {SCHEMA}.sb_last_ident(x) AS
     replace(string_split(CAST(x AS VARCHAR), '.')[-1], '"', '');
@@ -633,6 +634,7 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
 
 def _quote_ident(name: str) -> str:
     simple = name.isidentifier() and name == name.lower() and name.isascii()
+    simple = simple and name not in catalog_tools.QUOTED_KEYWORDS
     return name if simple else _ident(name)
 
 

@@ -14,12 +14,19 @@ from collections.abc import Iterable, Mapping
 
 import duckdb
 import pyarrow as pa
+from pglast import keywords
 
 from streambed.server import pgtypes
 
 SCHEMA = "sb_pg"
 PG_CATALOG_OID = 11
 OWNER_OID = 10
+
+# Keywords quote_ident() quotes, as Postgres does: all but the unreserved ones.
+QUOTED_KEYWORDS = frozenset(
+    keywords.RESERVED_KEYWORDS | keywords.COL_NAME_KEYWORDS | keywords.TYPE_FUNC_NAME_KEYWORDS
+)
+QUOTED_KEYWORDS_SQL = "[" + ", ".join(f"'{k}'" for k in sorted(QUOTED_KEYWORDS)) + "]"
 
 # Server settings clients look up that a session cannot change (SHOW and SET do not know
 # them; current_setting() and pg_settings do), with Postgres 15's values.
@@ -145,10 +152,15 @@ CREATE MACRO {SCHEMA}.sb_parse_ident(x) AS CASE
             THEN replace(sb_p[2:-2], '""', '"') ELSE lower(sb_p) END) END;
 CREATE MACRO {SCHEMA}.parse_ident(x) AS {SCHEMA}.sb_parse_ident(x),
     (x, strict) AS {SCHEMA}.sb_parse_ident(x);
+CREATE MACRO {SCHEMA}.sb_text(x) AS CASE WHEN x IS NULL THEN NULL
+    WHEN typeof(x) = 'BOOLEAN' THEN CASE WHEN TRY_CAST(x AS BOOLEAN) THEN 't' ELSE 'f' END
+    ELSE CAST(x AS VARCHAR) END;
 CREATE MACRO {SCHEMA}.sb_quote_literal(x) AS CASE WHEN x IS NULL THEN 'NULL'
-    WHEN contains(CAST(x AS VARCHAR), '\\')
-    THEN 'E''' || replace(replace(CAST(x AS VARCHAR), '\\', '\\\\'), '''', '''''') || ''''
-    ELSE '''' || replace(CAST(x AS VARCHAR), '''', '''''') || '''' END;
+    WHEN contains({SCHEMA}.sb_text(x), '\\')
+    THEN 'E''' || replace(replace({SCHEMA}.sb_text(x), '\\', '\\\\'), '''', '''''') || ''''
+    ELSE '''' || replace({SCHEMA}.sb_text(x), '''', '''''') || '''' END;
+CREATE MACRO {SCHEMA}.sb_pad(s, w, left_justified) AS CASE WHEN length(s) >= w THEN s
+    WHEN left_justified THEN rpad(s, w, ' ') ELSE lpad(s, w, ' ') END;
 CREATE MACRO {SCHEMA}.sb_format_ident(x) AS CASE WHEN x IS NULL
     THEN error('null values cannot be formatted as an SQL identifier')
     ELSE {SCHEMA}.quote_ident(CAST(x AS VARCHAR)) END;

@@ -221,14 +221,17 @@ def format_call(args: list[Any], value_of: Callable[[Any], Any]) -> Any:
             parts.append(const(template[pos:start]))
         match = _SPEC.match(template, start)
         if match is None or match.group(4) is None:
-            raise RewriteError("unterminated format() type specifier", "22023")
+            end = match.end() if match is not None else start + 1
+            if end >= len(template):
+                raise RewriteError("unterminated format() type specifier", "22023")
+            raise RewriteError(f'unrecognized format() type specifier "{template[end]}"', "22023")
         number, flag, width, kind = match.groups()
         pos = match.end()
         if kind == "%":
             parts.append(const("%"))
             continue
-        if flag or width:
-            raise RewriteError("format() widths and flags are not supported", "0A000")
+        if width == "*":
+            raise RewriteError("format() widths taken from arguments are not supported", "0A000")
         index = int(number) - 1 if number else position
         if number and int(number) == 0:
             raise RewriteError("format specifies argument 0, but arguments are numbered from 1",
@@ -237,13 +240,16 @@ def format_call(args: list[Any], value_of: Callable[[Any], Any]) -> Any:
             raise RewriteError("too few arguments for format()", "22023")
         position = index + 1
         value = values[index]
-        as_text = ast.TypeCast(
-            arg=value, typeName=ast.TypeName(names=(ast.String(sval="varchar"),))
-        )
+        if kind == "I" and _constant_or_none(value, value_of) is None:
+            raise RewriteError("null values cannot be formatted as an SQL identifier", "22004")
         if kind == "s":
-            parts.append(ast.CoalesceExpr(args=(as_text, const(""))))
+            part: Any = ast.CoalesceExpr(args=(func("sb_text", [value]), const("")))
         elif kind == "I":
-            parts.append(func("sb_format_ident", [value]))
+            part = func("sb_format_ident", [value])
         else:
-            parts.append(func("sb_quote_literal", [value]))
+            part = func("sb_quote_literal", [value])
+        if width:
+            # padded with spaces to the width (left-justified with '-'), never cut
+            part = func("sb_pad", [part, const(int(width)), const(bool(flag))])
+        parts.append(part)
     return _concat(parts)

@@ -20,6 +20,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from streambed.server.database import DatabaseSettings, DbSession, LakeDatabase
+from streambed.server.wire.server import QueryServer, ServerOptions
 from tests.fixtures.postgres import ThrowawayPostgres
 from tests.integration.server_db.conftest import (
     CUSTOMERS,
@@ -83,6 +84,14 @@ class Pair:
     pg: psycopg.Connection[Any]
     lake: DbSession
     dbname: str
+    port: int  # a real query server over the same lake (trust authentication)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A psycopg connection to the query server, as a tool connects."""
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="tool", dbname=self.dbname,
+            sslmode="disable", connect_timeout=10, autocommit=True,
+        )  # fmt: skip
 
     def postgres(self, sql: str, params: list[Any] | None = None) -> Result:
         with self.pg.cursor() as cur:
@@ -151,9 +160,11 @@ def pair(pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory)
         with pg_server.connect(dbname, cursor_factory=psycopg.RawCursor) as pg:
             pg.execute(POSTGRES_SCHEMA.encode())
             session = database.session(database=dbname)
+            server = QueryServer(ServerOptions(host="127.0.0.1", port=0), database).start()
             try:
-                yield Pair(pg, session, dbname)
+                yield Pair(pg, session, dbname, server.port)
             finally:
+                server.stop()
                 session.close()
     finally:
         database.close()

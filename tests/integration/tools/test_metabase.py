@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import psycopg
+import pytest
+
+from streambed.server.database import QueryError
+
 from . import metabase_queries as q
 from .conftest import Pair
 
@@ -31,8 +36,27 @@ def test_format(pair: Pair) -> None:
         "SELECT format('%s-%s %%', 1, NULL) AS f",
         "SELECT format('%L and %L', 'it''s', NULL) AS f",
         "SELECT format('%2$s %1$s %s', 'a', 'b') AS f",
+        "SELECT format('%I %I %I %I', 'select', 'user', 'name', 'Abc') AS f",
+        "SELECT format('%s|%s|%L', 1.50, true, 'a\\b') AS f",
+        "SELECT format($1, 'x') AS f",
+        "SELECT format('[%5s|%-5s|%2s|%3$-6I]', 'ab', 'cd', 'Efgh') AS f",
         "SELECT format('\"%s\".\"%s\"', nspname, 'x') AS f FROM pg_namespace "
         "WHERE nspname = 'sales'",
     ):
-        expected, got = pair.both(sql)
+        expected, got = pair.both(sql, ["<%s>"] if "$1" in sql else None)
         assert got.rows == expected.rows, sql
+
+
+def test_format_errors(pair: Pair) -> None:
+    for sql in (
+        "SELECT format('%s')",
+        "SELECT format('%I', NULL)",
+        "SELECT format('%x', 1)",
+        "SELECT format('abc %')",
+        "SELECT format('%0$s', 1)",
+    ):
+        with pytest.raises(psycopg.Error) as expected:
+            pair.postgres(sql)
+        with pytest.raises(QueryError) as got:
+            pair.served(sql)
+        assert got.value.sqlstate == expected.value.sqlstate, sql

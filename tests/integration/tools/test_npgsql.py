@@ -25,3 +25,17 @@ def test_connect_loads_types(pair: Pair) -> None:
     for sql in (q.LOAD_COMPOSITES, q.LOAD_ENUMS):
         expected, got = pair.both(sql)
         assert got.rows == expected.rows == []
+
+
+def test_connect_batch_over_the_wire(pair: Pair) -> None:
+    """Npgsql sends the four queries as one simple-protocol batch."""
+    with pair.connect() as conn, conn.cursor() as cur:
+        cur.execute("\n".join(q.CONNECT).encode())
+        counts = []
+        while True:
+            counts.append(len(cur.fetchall()))
+            if not cur.nextset():
+                break
+    expected = [len(pair.postgres(sql).rows) for sql in q.CONNECT]
+    assert len(counts) == 4 and counts[0] == expected[0] == 1 and counts[2:] == expected[2:]
+    assert counts[1] > 30

@@ -49,3 +49,15 @@ def test_browser_tree(pair: Pair) -> None:
             "has_default_val",
         )
         assert got.values(*names) == expected.values(*names)
+
+
+def test_connect_over_the_wire(pair: Pair) -> None:
+    """pgAdmin sends its first four statements as one simple-protocol string."""
+    with pair.connect() as conn:
+        with conn.cursor() as cur:
+            cur.execute("; ".join(q.CONNECT[:4]).encode())
+            assert cur.statusmessage == "SET"  # the last statement's
+        assert conn.execute("SHOW bytea_output").fetchall() == [("hex",)]
+        assert conn.execute("SHOW DateStyle").fetchall() == [("ISO, MDY",)]
+        rows = conn.execute(q.DATABASE.encode()).fetchall()
+        assert [r[1] for r in rows] == [pair.dbname]
