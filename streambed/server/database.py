@@ -35,7 +35,6 @@ import duckdb
 import pglast
 import pyarrow as pa
 from pglast import ast, enums
-from pglast.stream import RawStream
 
 from streambed.config import Settings
 from streambed.server import (
@@ -45,6 +44,7 @@ from streambed.server import (
     numeric,
     pgtypes,
     rewrite,
+    rewrite_tools,
     sqlparse,
     timetravel,
 )
@@ -942,7 +942,7 @@ class DbSession:
             # time-travel arguments given as $n were resolved into constants
             params = params[: _param_count(stmt)]
         else:
-            text = sql if sql is not None else str(RawStream()(stmt))
+            text = sql if sql is not None else str(rewrite_tools.Printer()(stmt))
         return text, params, names
 
     def _apply_settings(self, conn: duckdb.DuckDBPyConnection, applied: Any) -> tuple[str, str]:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pglast import ast, enums
-from pglast.stream import RawStream
 
 from streambed.server import catalog, extract, numeric, rewrite_tools
 from streambed.server.numeric import SUM_MACRO
@@ -114,7 +113,9 @@ def needs_rewrite(stmt: ast.Node) -> bool:
         nonlocal found
         if found:
             return
-        if isinstance(node, ast.RangeVar):
+        if rewrite_tools.keyword_identifier(node):
+            found = True  # printed quoted
+        elif isinstance(node, ast.RangeVar):
             found = _is_catalog_range(node)
         elif isinstance(node, ast.FuncCall):
             names = _strings(node.funcname)
@@ -576,7 +577,7 @@ def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) 
     rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
     rewriter.exact_numeric = exact_numeric
     rewritten = rewriter.transform(stmt)
-    text: str = RawStream()(rewritten)
+    text: str = rewrite_tools.Printer()(rewritten)
     return text
 
 

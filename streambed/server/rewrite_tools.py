@@ -12,11 +12,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import duckdb
 from pglast import ast
+from pglast.stream import RawStream, maybe_double_quote_name
 
 from streambed.server import catalog_tools
 from streambed.server.timetravel import TimeTravelError
@@ -253,3 +256,67 @@ def format_call(args: list[Any], value_of: Callable[[Any], Any]) -> Any:
             part = func("sb_pad", [part, const(int(width)), const(bool(flag))])
         parts.append(part)
     return _concat(parts)
+
+
+# ---- identifiers DuckDB reserves and Postgres does not ------------------------------------
+
+# Where a bare name is an identifier (not a function or type name).
+_IDENTIFIER_PARENTS = frozenset({"ColumnRef", "ResTarget", "Alias", "RangeVar"})
+
+
+@functools.cache
+def duckdb_only_keywords() -> frozenset[str]:
+    """Keywords DuckDB does not accept as bare identifiers that Postgres does (`at`, `by`,
+    `map`, `qualify`, ...): printed double-quoted."""
+    rows = duckdb.connect().execute(
+        "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category <> 'unreserved'"
+    )
+    names = {str(row[0]) for row in rows.fetchall()}
+    return frozenset(n for n in names if maybe_double_quote_name(n) == n)
+
+
+def needs_quoting(name: str | None) -> bool:
+    return name is not None and name in duckdb_only_keywords()
+
+
+class Printer(RawStream):
+    """pglast's printer, double-quoting the names DuckDB would read as keywords."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parents: list[str] = []
+
+    def print_node(self, node: Any, is_name: bool = False, is_symbol: bool = False) -> None:
+        if not isinstance(node, ast.Node):
+            super().print_node(node, is_name, is_symbol)
+            return
+        self._parents.append(type(node).__name__)
+        try:
+            super().print_node(node, is_name, is_symbol)
+        finally:
+            self._parents.pop()
+
+    def _print_scalar(self, value: Any, is_name: bool, is_symbol: bool) -> None:
+        if is_name and not is_symbol and isinstance(value, str) and needs_quoting(value):
+            parents = [p for p in self._parents if p != "String"]
+            if parents and parents[-1] in _IDENTIFIER_PARENTS:
+                self.write('"' + value + '"')
+                return
+        super()._print_scalar(value, is_name, is_symbol)  # pglast's own
+
+
+def keyword_identifier(node: Any) -> bool:
+    """Whether `node` names something with a word DuckDB reserves (see `Printer`)."""
+    if isinstance(node, ast.ColumnRef):
+        return any(isinstance(f, ast.String) and needs_quoting(f.sval) for f in node.fields or ())
+    if isinstance(node, ast.ResTarget):
+        return needs_quoting(node.name)
+    if isinstance(node, ast.Alias):
+        names = [
+            node.aliasname,
+            *(c.sval for c in node.colnames or () if isinstance(c, ast.String)),
+        ]
+        return any(needs_quoting(n) for n in names)
+    if isinstance(node, ast.RangeVar):
+        return needs_quoting(node.relname) or needs_quoting(node.schemaname)
+    return False

@@ -42,6 +42,8 @@ CREATE TABLE sales.customers (code text PRIMARY KEY, name text);
 INSERT INTO public.orders VALUES (1, 'c1', 1.50, '2024-01-02 03:04:05.123456+00'),
     (2, 'c0', NULL, '2024-01-02 03:04:05.123456+00'),
     (3, NULL, 3.50, '2024-01-02 03:04:05.123456+00');
+INSERT INTO sales.order_lines VALUES (1, 1, 11), (1, 2, 12), (2, 1, 21);
+INSERT INTO sales.customers VALUES ('a', 'Alice'), ('b', NULL);
 """
 
 # Postgres type oids by what a client reads from them.

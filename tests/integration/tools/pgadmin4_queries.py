@@ -98,3 +98,46 @@ WHERE
     AND att.attnum > 0
     AND att.attisdropped IS FALSE
 ORDER BY att.attnum"""
+
+# View/Edit Data (tools/sqleditor/templates/sqleditor/sql/default/), {obj_id} a table oid
+OBJECT_NAME = """SELECT n.nspname, r.relname
+FROM pg_catalog.pg_class r
+    LEFT JOIN pg_catalog.pg_namespace n ON (r.relnamespace = n.oid)
+WHERE r.oid = {obj_id};"""
+
+PRIMARY_KEYS = """SELECT at.attname, at.attnum, ty.typname
+FROM pg_catalog.pg_attribute at LEFT JOIN pg_catalog.pg_type ty ON (ty.oid = at.atttypid)
+JOIN pg_catalog.pg_class as cl ON cl.oid=AT.attrelid
+JOIN pg_catalog.pg_namespace as nsp ON nsp.oid=cl.relnamespace
+WHERE
+
+    attrelid={obj_id}::oid AND
+
+attnum = ANY (
+(SELECT con.conkey FROM pg_catalog.pg_class rel LEFT OUTER JOIN pg_catalog.pg_constraint con ON con.conrelid=rel.oid
+JOIN pg_catalog.pg_namespace as nsp ON nsp.oid=REL.relnamespace
+AND con.contype='p' WHERE rel.relkind IN ('r','s','t', 'p') AND
+
+    rel.oid = ({obj_id})::oid
+)::oid[])"""
+
+GET_COLUMNS = """SELECT at.attname, ty.typname, at.attnum
+    FROM pg_catalog.pg_attribute at
+    LEFT JOIN pg_catalog.pg_type ty ON (ty.oid = at.atttypid)
+    JOIN pg_catalog.pg_class as cl ON cl.oid=at.attrelid
+    JOIN pg_catalog.pg_namespace as nsp ON nsp.oid=cl.relnamespace
+WHERE
+
+    attrelid={obj_id}::oid AND
+
+at.attnum > 0
+AND at.attisdropped = FALSE"""
+
+# objectquery.sql with the primary key as the sort order and a row limit
+VIEW_DATA = """SELECT * FROM {table}
+
+ORDER BY
+{order}
+
+LIMIT 100
+"""

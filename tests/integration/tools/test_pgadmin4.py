@@ -61,3 +61,34 @@ def test_connect_over_the_wire(pair: Pair) -> None:
         assert conn.execute("SHOW DateStyle").fetchall() == [("ISO, MDY",)]
         rows = conn.execute(q.DATABASE.encode()).fetchall()
         assert [r[1] for r in rows] == [pair.dbname]
+
+
+def test_view_data(pair: Pair) -> None:
+    for schema, table in (("public", "orders"), ("sales", "order_lines"), ("sales", "customers")):
+        pg_oid, lake_oid = pair.table_oids(schema, table)
+        found = []
+        for sql in (q.OBJECT_NAME, q.PRIMARY_KEYS, q.GET_COLUMNS):
+            expected = pair.postgres(sql.format(obj_id=pg_oid))
+            got = pair.served(sql.format(obj_id=lake_oid))
+            assert got.columns == expected.columns
+            assert sorted(got.rows) == sorted(expected.rows), sql
+            found.append(got.rows)
+        keys = [row[0] for row in sorted(found[1], key=lambda r: r[1])]
+        assert keys
+        sql = q.VIEW_DATA.format(
+            table=f"{schema}.{table}", order=", ".join(f"{k} ASC" for k in keys)
+        )
+        expected, got = pair.both(sql)
+        assert got.rows == expected.rows
+
+
+def test_names_duckdb_reserves(pair: Pair) -> None:
+    """Aliases and columns Postgres takes bare and DuckDB reads as keywords (pgAdmin's `at`)."""
+    for sql in (
+        "SELECT at.id FROM public.orders at ORDER BY 1",
+        "SELECT by, map FROM (SELECT 1 AS by, 2 AS map) qualify",
+        "SELECT at.attname FROM pg_catalog.pg_attribute at WHERE at.attname = 'customer'",
+        "SELECT s.at FROM (SELECT 5 AS at) s(at)",
+    ):
+        expected, got = pair.both(sql)
+        assert got.rows == expected.rows, sql
