@@ -138,6 +138,7 @@ CREATE MACRO {SCHEMA}.pg_get_function_identity_arguments(o) AS
     {SCHEMA}.pg_get_function_arguments(o);
 CREATE MACRO {SCHEMA}.pg_is_wal_replay_paused() AS false;
 CREATE MACRO {SCHEMA}.pg_database_size(d) AS 0::BIGINT;
+CREATE MACRO {SCHEMA}.pg_stat_get_numscans(o) AS 0::BIGINT;
 CREATE MACRO {SCHEMA}.pg_get_triggerdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.pg_get_ruledef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.pg_get_functiondef(o) AS NULL::VARCHAR;
@@ -220,6 +221,7 @@ FUNCTIONS = frozenset(
         "pg_get_function_identity_arguments",
         "pg_is_wal_replay_paused",
         "pg_database_size",
+        "pg_stat_get_numscans",
         "pg_get_triggerdef",
         "pg_get_ruledef",
         "pg_get_functiondef",

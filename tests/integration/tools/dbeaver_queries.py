@@ -43,3 +43,12 @@ LEFT OUTER JOIN pg_catalog.pg_class rt ON rt.oid=c.confrelid
 LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid=c.oid AND d.objsubid=0 AND d.classoid='pg_constraint'::regclass
 WHERE t.relnamespace=$1
 ORDER BY c.oid"""
+
+INDEXES = """SELECT i.*,i.indkey as keys,c.relname,c.relnamespace,c.relam,c.reltablespace,tc.relname as tabrelname,dsc.description,pg_catalog.pg_get_expr(i.indpred, i.indrelid) as pred_expr,pg_catalog.pg_get_expr(i.indexprs, i.indrelid, true) as expr,pg_catalog.pg_relation_size(i.indexrelid) as index_rel_size,pg_catalog.pg_stat_get_numscans(i.indexrelid) as index_num_scans
+FROM pg_catalog.pg_index i
+INNER JOIN pg_catalog.pg_class c ON c.oid=i.indexrelid
+INNER JOIN pg_catalog.pg_class tc ON tc.oid=i.indrelid
+LEFT OUTER JOIN pg_catalog.pg_description dsc ON i.indexrelid=dsc.objoid
+WHERE  c.relnamespace=$1 ORDER BY c.relname"""
+
+PREVIEW = "SELECT * FROM sales.order_lines\nLIMIT 200"
