@@ -28,6 +28,7 @@ import pyarrow as pa
 from streambed.server import catalog_tools, pgtypes
 
 SCHEMA = "sb_pg"
+DATABASE_VARIABLE = "sb_database"  # DuckDB variable: the database a session connected to
 INFO_SCHEMA = "sb_information_schema"
 OWNER = "streambed"
 OWNER_OID = 10
@@ -639,7 +640,9 @@ def _quote_ident(name: str) -> str:
 
 
 def _information_schema(database: str) -> str:
-    s, i, db = SCHEMA, INFO_SCHEMA, _q(database)
+    # the session's database (a per-connection variable DbSession sets), else the default
+    db = f"COALESCE(getvariable('{DATABASE_VARIABLE}'), {_q(database)})"
+    s, i = SCHEMA, INFO_SCHEMA
     user_tables = f"""
         FROM {s}.pg_class c JOIN {s}.pg_namespace n ON n.oid = c.relnamespace
         WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')"""
@@ -667,14 +670,27 @@ CREATE VIEW {i}.columns AS SELECT {db} AS table_catalog, n.nspname AS table_sche
          WHEN a.atttypid = 21 THEN 16 WHEN a.atttypid = 23 THEN 32 WHEN a.atttypid = 20 THEN 64
          WHEN a.atttypid = 700 THEN 24 WHEN a.atttypid = 701 THEN 53 END::INTEGER
     AS numeric_precision,
-    CASE WHEN a.atttypid = 1700 THEN NULL WHEN a.atttypid IN (21, 23, 20, 700, 701) THEN 2
+    CASE WHEN a.atttypid = 1700 THEN 10 WHEN a.atttypid IN (21, 23, 20, 700, 701) THEN 2
     END::INTEGER AS numeric_precision_radix,
     CASE WHEN a.atttypid = 1700 AND a.atttypmod >= 4 THEN (a.atttypmod - 4) & 65535
          WHEN a.atttypid IN (21, 23, 20) THEN 0 END::INTEGER AS numeric_scale,
     CASE WHEN a.atttypid IN (1083, 1114, 1184, 1186, 1266) THEN 6
          WHEN a.atttypid = 1082 THEN 0 END::INTEGER AS datetime_precision,
+    NULL::VARCHAR AS interval_type, NULL::INTEGER AS interval_precision,
+    NULL::VARCHAR AS character_set_catalog, NULL::VARCHAR AS character_set_schema,
+    NULL::VARCHAR AS character_set_name, NULL::VARCHAR AS collation_catalog,
+    NULL::VARCHAR AS collation_schema, NULL::VARCHAR AS collation_name,
+    NULL::VARCHAR AS domain_catalog, NULL::VARCHAR AS domain_schema,
+    NULL::VARCHAR AS domain_name,
     {db} AS udt_catalog, 'pg_catalog' AS udt_schema, t.typname AS udt_name,
-    'NO' AS is_identity, 'NEVER' AS is_generated, 'NO' AS is_updatable
+    NULL::VARCHAR AS scope_catalog, NULL::VARCHAR AS scope_schema,
+    NULL::VARCHAR AS scope_name, NULL::INTEGER AS maximum_cardinality,
+    CAST(a.attnum AS VARCHAR) AS dtd_identifier, 'NO' AS is_self_referencing,
+    'NO' AS is_identity, NULL::VARCHAR AS identity_generation,
+    NULL::VARCHAR AS identity_start, NULL::VARCHAR AS identity_increment,
+    NULL::VARCHAR AS identity_maximum, NULL::VARCHAR AS identity_minimum,
+    'NO' AS identity_cycle, 'NEVER' AS is_generated,
+    NULL::VARCHAR AS generation_expression, 'NO' AS is_updatable
     FROM {s}.pg_attribute a JOIN {s}.pg_class c ON c.oid = a.attrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace
     JOIN {s}.sb_types t ON t.oid = a.atttypid

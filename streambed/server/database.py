@@ -951,6 +951,9 @@ class DbSession:
         path = ",".join([*self._search_path(), "main"])
         zone = self.settings["timezone"]
         wanted = (path, zone)
+        if applied is None:
+            name = self.database.replace("'", "''")
+            conn.execute(f"SET VARIABLE {catalog.DATABASE_VARIABLE} = '{name}'")
         if applied is None or applied[0] != path:
             conn.execute(f"SET search_path = '{path}'")
         if applied is None or applied[1] != zone:

@@ -331,6 +331,14 @@ class _Rewriter:
             return node
         if isinstance(node, ast.CollateClause):
             return self.transform(node.arg)
+        if (
+            isinstance(node, ast.ResTarget)
+            and node.name is None
+            and isinstance(node.val, ast.FuncCall | ast.SQLValueFunction)
+        ):
+            # a call replaced by a constant keeps its Postgres name (in subqueries too)
+            node.name = _figure_colname(node.val)
+            return node
         if isinstance(node, ast.RangeFunction):
             call = _time_travel_call(node)
             if call is not None:
@@ -586,6 +594,18 @@ def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) 
 _TYPE_COLNAMES = {"int4": "int4", "int8": "int8", "int2": "int2", "bool": "bool"}
 
 
+def _strong_name(node: Any) -> bool:
+    """Whether Postgres's FigureColname names `node` with strength 2 (not a type name,
+    `case` or `?column?`)."""
+    if isinstance(node, ast.TypeCast):
+        return _strong_name(node.arg)
+    if isinstance(node, ast.CaseExpr):
+        return node.defresult is not None and _strong_name(node.defresult)
+    if isinstance(node, ast.A_Indirection):
+        return _figure_colname(node) is not None
+    return _figure_colname(node) is not None
+
+
 def _figure_colname(node: Any) -> str | None:
     """Postgres's FigureColname: the name of an unaliased target, or None for '?column?'."""
     if isinstance(node, ast.ColumnRef):
@@ -600,11 +620,14 @@ def _figure_colname(node: Any) -> str | None:
         return _strings(node.funcname)[-1]
     if isinstance(node, ast.TypeCast):
         inner = _figure_colname(node.arg)
-        if inner is not None:
+        if inner is not None and _strong_name(node.arg):
             return inner
         names = _strings(node.typeName.names if node.typeName else ())
         return names[-1] if names else None
     if isinstance(node, ast.CaseExpr):
+        # the ELSE result's name when that is a column's or a function's, as Postgres does
+        if node.defresult is not None and _strong_name(node.defresult):
+            return _figure_colname(node.defresult)
         return "case"
     if isinstance(node, ast.A_ArrayExpr):
         return "array"

@@ -302,7 +302,7 @@ class Printer(RawStream):
             if parents and parents[-1] in _IDENTIFIER_PARENTS:
                 self.write('"' + value + '"')
                 return
-        super()._print_scalar(value, is_name, is_symbol)  # pglast's own
+        super()._print_scalar(value, is_name, is_symbol)  # type: ignore[misc]
 
 
 def keyword_identifier(node: Any) -> bool:

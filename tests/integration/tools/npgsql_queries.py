@@ -81,3 +81,88 @@ JOIN pg_namespace AS ns ON ns.oid = typ.typnamespace
 ORDER BY oid, enumsortorder;"""
 
 CONNECT = [VERSION, LOAD_TYPES, LOAD_COMPOSITES, LOAD_ENUMS]
+
+# NpgsqlConnection.GetSchema(...) collections (src/Npgsql/NpgsqlSchema.cs), which ADO.NET
+# tools browse with; restrictions become `WHERE column = $n` (Npgsql's BuildCommand).
+SCHEMATA = """SELECT * FROM (
+    SELECT current_database(), nspname, r.rolname
+    FROM pg_catalog.pg_namespace
+    LEFT JOIN pg_catalog.pg_roles r ON r.oid = nspowner
+) tmp"""
+
+TABLES = """SELECT table_catalog, table_schema, table_name, table_type
+FROM information_schema.tables
+WHERE
+    table_type IN ('BASE TABLE', 'FOREIGN', 'FOREIGN TABLE') AND
+    table_schema NOT IN ('pg_catalog', 'information_schema')
+"""
+
+COLUMNS = """SELECT
+    table_catalog,
+    table_schema,
+    table_name,
+    column_name,
+    ordinal_position,
+    column_default,
+    is_nullable,
+    CASE WHEN udt_schema is NULL THEN udt_name ELSE format_type(typ.oid, NULL) END,
+    character_maximum_length,
+    character_octet_length,
+    numeric_precision,
+    numeric_precision_radix,
+    numeric_scale,
+    datetime_precision,
+    character_set_catalog,
+    character_set_schema,
+    character_set_name,
+    collation_catalog
+FROM information_schema.columns
+JOIN pg_namespace AS ns ON ns.nspname = udt_schema
+JOIN pg_type AS typ ON typnamespace = ns.oid AND typname = udt_name
+ WHERE table_schema = $1"""
+
+PRIMARY_KEYS = """SELECT
+    current_database(),
+    pgn.nspname,
+    pgc.conname,
+    current_database(),
+    pgtn.nspname,
+    pgt.relname,
+    constraint_type,
+    pgc.condeferrable,
+    pgc.condeferred
+FROM
+    pg_catalog.pg_constraint pgc
+    JOIN pg_catalog.pg_namespace pgn ON pgc.connamespace = pgn.oid
+    JOIN pg_catalog.pg_class pgt ON pgc.conrelid = pgt.oid
+    JOIN pg_catalog.pg_namespace pgtn ON pgt.relnamespace = pgtn.oid
+    JOIN (
+        SELECT 'PRIMARY KEY' AS constraint_type, 'p' AS contype
+        UNION ALL
+        SELECT 'FOREIGN KEY' AS constraint_type, 'f' AS contype
+        UNION ALL
+        SELECT 'UNIQUE KEY' AS constraint_type, 'u' AS contype
+) mapping_table ON mapping_table.contype = pgc.contype
+ and pgc.contype='p'"""
+
+CONSTRAINT_COLUMNS = """SELECT current_database(),
+    n.nspname,
+    c.conname,
+    current_database(),
+    n.nspname,
+    t.relname,
+    a.attname,
+    a.attnum,
+    mapping_table.constraint_type
+FROM pg_constraint c
+    JOIN pg_namespace n on n.oid = c.connamespace
+    JOIN pg_class t on t.oid = c.conrelid AND t.relkind = 'r'
+    JOIN pg_attribute a on t.oid = a.attrelid AND a.attnum = ANY(c.conkey)
+    JOIN (
+        SELECT 'PRIMARY KEY' AS constraint_type, 'p' AS contype
+        UNION ALL
+        SELECT 'FOREIGN KEY' AS constraint_type, 'f' AS contype
+        UNION ALL
+        SELECT 'UNIQUE KEY' AS constraint_type, 'u' AS contype
+) mapping_table ON
+    mapping_table.contype = c.contype"""

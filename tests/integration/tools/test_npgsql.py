@@ -39,3 +39,25 @@ def test_connect_batch_over_the_wire(pair: Pair) -> None:
     expected = [len(pair.postgres(sql).rows) for sql in q.CONNECT]
     assert len(counts) == 4 and counts[0] == expected[0] == 1 and counts[2:] == expected[2:]
     assert counts[1] > 30
+
+
+def test_get_schema_collections(pair: Pair) -> None:
+    expected, got = pair.both(q.SCHEMATA)
+    user = [r for r in expected.rows if r[1] in ("public", "sales")]
+    assert sorted(r[:2] for r in got.rows if r[1] in ("public", "sales")) == sorted(
+        r[:2] for r in user
+    )
+    expected, got = pair.both(q.TABLES)
+    assert sorted(got.rows) == sorted(expected.rows)
+    assert len(got.rows) == 3
+    for schema in ("public", "sales"):
+        expected, got = pair.both(q.COLUMNS, [schema])
+        # name, position, nullable, type, precision, radix, scale, datetime precision
+        picked = [(r[2], r[3], r[4], r[6], r[7], r[10], r[11], r[12], r[13]) for r in got.rows]
+        wanted = [(r[2], r[3], r[4], r[6], r[7], r[10], r[11], r[12], r[13]) for r in expected.rows]
+        assert sorted(picked) == sorted(wanted)
+    for sql, count in ((q.PRIMARY_KEYS, 3), (q.CONSTRAINT_COLUMNS, 4)):
+        expected, got = pair.both(sql)
+        # Postgres lists its system catalogs' keys too
+        user = sorted(r for r in expected.rows if r[4] in ("public", "sales"))
+        assert sorted(got.rows) == user and len(user) == count
