@@ -92,9 +92,27 @@ def proc_oid(name: str) -> int:
     return _KNOWN_PROCS.get(name) or 8_000 + zlib.crc32(name.encode()) % 8_000
 
 
+# Types of catalog columns (no table column has them): oid, name, SQL name, typlen,
+# category, element.
+CATALOG_TYPES = (
+    (19, "name", "name", 64, "S", 0),
+    (18, "char", '"char"', 1, "Z", 0),
+    (24, "regproc", "regproc", 4, "N", 0),
+    (2205, "regclass", "regclass", 4, "N", 0),
+    (2206, "regtype", "regtype", 4, "N", 0),
+    (22, "int2vector", "int2vector", -1, "A", 21),
+    (30, "oidvector", "oidvector", -1, "A", 26),
+)
+
+
 def io_functions() -> list[tuple[str, int, int]]:
     """(function, argument type, result type) for each type's input/output/receive/send."""
     functions: dict[str, tuple[int, int]] = {}
+    for oid, name, *_ in CATALOG_TYPES:
+        functions[name + "in"] = (2275, oid)
+        functions[name + "out"] = (oid, 2275)
+        functions[name + "recv"] = (2281, oid)
+        functions[name + "send"] = (oid, 17)
     for t in pgtypes.ALL_TYPES:
         if t.element is not None:
             names = ("array_in", "array_out", "array_recv", "array_send")
