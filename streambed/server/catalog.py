@@ -273,18 +273,9 @@ def _type_rows() -> pa.Table:
         }
         for key, value in values.items():
             rows[key].append(value)
-    for oid, name, sqlname, typlen, category, elem in catalog_tools.CATALOG_TYPES:
-        for key in rows:
-            rows[key].append(values[key])  # like the last row, then this type's own values
-        own = {"oid": oid, "typname": name, "typlen": typlen, "typcategory": category,
-               "typbyval": typlen in (1, 4), "typelem": elem, "typarray": 0,
-               "typcollation": 950 if name == "name" else 0, "sqlname": sqlname,
-               "typinput": proc(name + "in"), "typoutput": proc(name + "out"),
-               "typreceive": proc(name + "recv"), "typsend": proc(name + "send"),
-               "typalign": "c" if typlen in (1, 64) else "i",
-               "typstorage": "p" if typlen > 0 else "x"}  # fmt: skip
-        for key, value in own.items():
-            rows[key][-1] = value
+    for row in catalog_tools.catalog_type_rows(values):
+        for key, value in row.items():
+            rows[key].append(value)
     return pa.table(rows)
 
 

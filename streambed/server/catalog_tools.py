@@ -105,6 +105,21 @@ CATALOG_TYPES = (
 )
 
 
+def catalog_type_rows(template: Mapping[str, object]) -> list[dict[str, object]]:
+    """pg_type rows of CATALOG_TYPES, `template` (a base type's row) giving the rest."""
+    rows = []
+    for oid, name, sqlname, typlen, category, elem in CATALOG_TYPES:
+        own = {"oid": oid, "typname": name, "typlen": typlen, "typcategory": category,
+               "typbyval": typlen in (1, 4), "typelem": elem, "typarray": 0,
+               "typcollation": 950 if name == "name" else 0, "sqlname": sqlname,
+               "typinput": proc_oid(name + "in"), "typoutput": proc_oid(name + "out"),
+               "typreceive": proc_oid(name + "recv"), "typsend": proc_oid(name + "send"),
+               "typalign": "c" if typlen in (1, 64) else "i",
+               "typstorage": "p" if typlen > 0 else "x"}  # fmt: skip
+        rows.append({**template, **own})
+    return rows
+
+
 def io_functions() -> list[tuple[str, int, int]]:
     """(function, argument type, result type) for each type's input/output/receive/send."""
     functions: dict[str, tuple[int, int]] = {}
