@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from . import grafana_queries as q
 from .conftest import Pair
+
+pytestmark = pytest.mark.integration
 
 
 def test_pickers(pair: Pair) -> None:

@@ -10,6 +10,8 @@ from streambed.server.database import QueryError
 from . import metabase_queries as q
 from .conftest import Pair
 
+pytestmark = pytest.mark.integration
+
 
 def test_sync(pair: Pair) -> None:
     expected, got = pair.both(q.TIMEZONE)  # the zone itself is the server's own

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from . import npgsql_queries as q
 from .conftest import Pair
+
+pytestmark = pytest.mark.integration
 
 
 def test_connect_loads_types(pair: Pair) -> None:

@@ -15,10 +15,13 @@ from .conftest import Pair
 
 JAR = Path("/usr/share/java/postgresql.jar")
 PROBE = Path(__file__).with_name("JdbcKeysProbe.java")
-pytestmark = pytest.mark.skipif(
-    not JAR.exists() or shutil.which("javac") is None,
-    reason="needs javac and libpostgresql-jdbc-java (scripts/system-deps.sh installs them)",
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not JAR.exists() or shutil.which("javac") is None,
+        reason="needs javac and libpostgresql-jdbc-java (scripts/system-deps.sh installs them)",
+    ),
+]
 
 
 def run_probe(classes: Path, url: str, user: str, password: str) -> dict[str, str]:

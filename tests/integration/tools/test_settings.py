@@ -10,6 +10,8 @@ from streambed.server.database import QueryError
 from . import pgjdbc_queries, psql_queries
 from .conftest import Pair
 
+pytestmark = pytest.mark.integration
+
 
 def test_pg_settings_lookups(pair: Pair) -> None:
     for sql in (pgjdbc_queries.MAX_INDEX_KEYS, pgjdbc_queries.SERVER_VERSION_NUM):
