@@ -113,8 +113,8 @@ def needs_rewrite(stmt: ast.Node) -> bool:
         nonlocal found
         if found:
             return
-        if rewrite_tools.keyword_identifier(node):
-            found = True  # printed quoted
+        if rewrite_tools.keyword_identifier(node) or rewrite_tools.is_bare_null(node):
+            found = True  # printed quoted; typed text
         elif isinstance(node, ast.RangeVar):
             found = _is_catalog_range(node)
         elif isinstance(node, ast.FuncCall):
@@ -287,6 +287,7 @@ class _Rewriter:
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
         self.text_items = text_items  # ids of avg/division nodes sent as numeric text
         self.exact_numeric = True  # avg(), division, ::numeric as Postgres types them
+        self.set_arms: set[int] = set()  # SELECTs that are arms of a UNION/INTERSECT/EXCEPT
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -305,6 +306,8 @@ class _Rewriter:
         return node
 
     def replace(self, node: ast.Node) -> Any:
+        if isinstance(node, ast.SelectStmt):
+            self.type_bare_nulls(node)
         if isinstance(node, ast.RangeVar) and _is_catalog_range(node):
             if node.relname in rewrite_tools.SESSION_RELATIONS:
                 # pg_settings, pg_database: the session's values
@@ -402,6 +405,19 @@ class _Rewriter:
         if isinstance(node, ast.TypeCast):
             return self.replace_cast(node)
         return node
+
+    def type_bare_nulls(self, node: ast.SelectStmt) -> None:
+        """`SELECT NULL AS x` is text in Postgres (DuckDB: integer), except in a set
+        operation's arms, whose types the other arms decide."""
+        if node.op != enums.SetOperation.SETOP_NONE:
+            self.set_arms.update({id(node.larg), id(node.rarg)})
+            return
+        if id(node) in self.set_arms:
+            return
+        for target in node.targetList or ():
+            if rewrite_tools.is_bare_null(target):
+                target.val = rewrite_tools.text(None)
+                target.name = target.name or "?column?"
 
     def settings_function(self, node: ast.RangeFunction) -> ast.RangeFunction | None:
         """`FROM pg_show_all_settings()`: the rows of pg_settings."""

@@ -305,6 +305,15 @@ class Printer(RawStream):
         super()._print_scalar(value, is_name, is_symbol)  # type: ignore[misc]
 
 
+def is_bare_null(node: Any) -> bool:
+    """A select-list item that is just NULL (`SELECT NULL AS x`)."""
+    return (
+        isinstance(node, ast.ResTarget)
+        and isinstance(node.val, ast.A_Const)
+        and bool(node.val.isnull)
+    )
+
+
 def keyword_identifier(node: Any) -> bool:
     """Whether `node` names something with a word DuckDB reserves (see `Printer`)."""
     if isinstance(node, ast.ColumnRef):

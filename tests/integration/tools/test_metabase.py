@@ -16,6 +16,9 @@ pytestmark = pytest.mark.integration
 def test_sync(pair: Pair) -> None:
     expected, got = pair.both(q.TIMEZONE)  # the zone itself is the server's own
     assert len(got.rows) == len(expected.rows) == 1
+    expected, got = pair.both(q.TABLE_PRIVILEGES)
+    assert sorted(got.rows) == sorted(expected.rows)
+    assert len(got.rows) == 3 and all(row[5] for row in got.rows)  # select
     expected, got = pair.both(q.TABLES)
     assert got.values("schema", "name", "type") == expected.values("schema", "name", "type")
     assert len(got.rows) == 3
@@ -62,3 +65,15 @@ def test_format_errors(pair: Pair) -> None:
         with pytest.raises(QueryError) as got:
             pair.served(sql)
         assert got.value.sqlstate == expected.value.sqlstate, sql
+
+
+def test_bare_nulls_are_text(pair: Pair) -> None:
+    for sql in (
+        "SELECT NULL AS a, NULL, 1 AS b",
+        "SELECT * FROM (SELECT NULL AS n, NULL) s",
+        "WITH t AS (SELECT NULL AS role, 'x' AS name) SELECT t.* FROM t",
+        "SELECT NULL AS n UNION ALL SELECT 1",
+        "SELECT 1 AS n UNION ALL SELECT NULL ORDER BY 1",
+    ):
+        expected, got = pair.both(sql)
+        assert got.rows == expected.rows, sql
