@@ -58,3 +58,18 @@ def test_set_config_and_current_setting(pair: Pair) -> None:
 def test_psql_df(pair: Pair) -> None:
     expected, got = pair.both(psql_queries.DF)
     assert got.rows == expected.rows == []
+
+
+def test_settings_over_the_wire(pair: Pair) -> None:
+    """The extended protocol (parameters bound, statement described before it runs)."""
+    with pair.connect() as conn:
+        row = conn.execute("SELECT set_config('application_name', %s, false)", ["wired"])
+        assert row.fetchall() == [("wired",)]
+        assert conn.execute("SHOW application_name").fetchall() == [("wired",)]
+        row = conn.execute(
+            "SELECT current_setting(%s), current_setting(%s, true)", ["TimeZone", "x.y"]
+        )
+        assert row.fetchall() == [("UTC", None)]
+        rows = conn.execute("SELECT name, setting FROM pg_settings WHERE name = %s", ["TimeZone"])
+        assert rows.fetchall() == [("TimeZone", "UTC")]
+        assert conn.execute("SELECT datname FROM pg_database").fetchall() == [(pair.dbname,)]
