@@ -29,10 +29,11 @@ import duckdb
 import pyarrow as pa
 
 from streambed.lake.declared import ForeignKey
-from streambed.server import pgtypes
+from streambed.server import catalog_tools, pgtypes
 from streambed.server.foreign_keys import Served, foreign_key_rows
 
 SCHEMA = "sb_pg"
+DATABASE_VARIABLE = "sb_database"  # DuckDB variable: the database a session connected to
 INFO_SCHEMA = "sb_information_schema"
 OWNER = "streambed"
 OWNER_OID = 10
@@ -81,7 +82,6 @@ _EMPTY: dict[str, str] = {
     "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
     "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
     "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder DOUBLE, enumlabel VARCHAR",
-    "pg_range": "rngtypid BIGINT, rngsubtype BIGINT",
     "pg_extension": "oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
     "extversion VARCHAR",
     "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT",
@@ -89,8 +89,6 @@ _EMPTY: dict[str, str] = {
     "pg_event_trigger": "oid BIGINT, evtname VARCHAR",
     "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, definition VARCHAR",
     "pg_views": "schemaname VARCHAR, viewname VARCHAR, viewowner VARCHAR, definition VARCHAR",
-    "pg_proc": "oid BIGINT, proname VARCHAR, pronamespace BIGINT, prorettype BIGINT, "
-    "prokind VARCHAR, proargtypes BIGINT[], proretset BOOLEAN",
     "pg_tablespace": "oid BIGINT, spcname VARCHAR, spcowner BIGINT",
     "pg_auth_members": "roleid BIGINT, member BIGINT, grantor BIGINT",
 }
@@ -103,9 +101,11 @@ _DYNAMIC = (
     "pg_constraint",
     "sb_indexdefs",
 )
-_VIEWS = ("pg_tables", "pg_indexes", "pg_roles", "pg_user", "pg_database", "pg_settings", "pg_type")
+_VIEWS = ("pg_roles", "pg_user", "pg_database", "pg_settings", "pg_type")
 
-CATALOG_RELATIONS = frozenset(set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS)) - {"sb_indexdefs"}
+CATALOG_RELATIONS = frozenset(
+    set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS) | catalog_tools.RELATIONS
+) - {"sb_indexdefs"}
 INFORMATION_SCHEMA_RELATIONS = frozenset(
     {
         "tables",
@@ -133,7 +133,6 @@ COMPAT_FUNCTIONS = frozenset(
         "pg_get_indexdef",
         "pg_get_constraintdef",
         "pg_partition_ancestors",
-        "pg_get_triggerdef",
         "pg_get_viewdef",
         "pg_encoding_to_char",
         "pg_get_serial_sequence",
@@ -168,6 +167,7 @@ COMPAT_FUNCTIONS = frozenset(
         "to_regtype",
         "json_build_object",
         "jsonb_build_object",
+        *catalog_tools.FUNCTIONS,
     }
 )
 SESSION_FUNCTIONS = frozenset(
@@ -260,6 +260,7 @@ def _type_rows() -> pa.Table:
             "sqlname",
         ]
     }
+    proc = catalog_tools.proc_oid
     array_oids = {
         t.element.oid: t.oid
         for t in pgtypes.ALL_TYPES
@@ -288,16 +289,20 @@ def _type_rows() -> pa.Table:
             "typndims": 0,
             "typcollation": 100 if collatable else 0,
             "typnotnull": False,
-            "typinput": ("array_in" if element else t.name + "in"),
-            "typoutput": ("array_out" if element else t.name + "out"),
-            "typreceive": ("array_recv" if element else t.name + "recv"),
-            "typsend": ("array_send" if element else t.name + "send"),
+            # regproc columns: oids of pg_proc rows (catalog_tools)
+            "typinput": proc("array_in" if element else t.name + "in"),
+            "typoutput": proc("array_out" if element else t.name + "out"),
+            "typreceive": proc("array_recv" if element else t.name + "recv"),
+            "typsend": proc("array_send" if element else t.name + "send"),
             "typalign": "d" if t.typlen == 8 else "i",
             "typstorage": "p" if t.typlen > 0 else "x",
             "typdefault": None,
             "sqlname": t.format_type(),
         }
         for key, value in values.items():
+            rows[key].append(value)
+    for row in catalog_tools.catalog_type_rows(values):
+        for key, value in row.items():
             rows[key].append(value)
     return pa.table(rows)
 
@@ -393,7 +398,8 @@ CREATE MACRO {SCHEMA}.sb_expandarray(a) AS
 CREATE MACRO {SCHEMA}.sb_divisor(b, a) AS
     CASE WHEN b = 0 AND a IS NOT NULL THEN error('division by zero') ELSE b END;
 CREATE MACRO {SCHEMA}.quote_ident(x) AS CASE
-    WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*') THEN x
+    WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*')
+        AND NOT list_contains({catalog_tools.QUOTED_KEYWORDS_SQL}, x) THEN x
     ELSE '"' || replace(x, '"', '""') || '"' END;
 CREATE MACRO {SCHEMA}.sb_last_ident(x) AS
     replace(string_split(CAST(x AS VARCHAR), '.')[-1], '"', '');
@@ -410,7 +416,6 @@ CREATE MACRO {SCHEMA}.regclass_oid(x) AS COALESCE(
 CREATE MACRO {SCHEMA}.to_regclass(x) AS {SCHEMA}.regclass_oid(x);
 CREATE MACRO {SCHEMA}.pg_partition_ancestors(r) AS TABLE
     SELECT {SCHEMA}.regclass_oid(r) AS relid, 1::BIGINT AS depth;
-CREATE MACRO {SCHEMA}.pg_get_triggerdef(o) AS NULL::VARCHAR, (o, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.regclass_name(x) AS (
     SELECT CASE WHEN {SCHEMA}.pg_table_is_visible(sb_c.oid) THEN sb_c.relname
         ELSE sb_n.nspname || '.' || sb_c.relname END
@@ -429,8 +434,11 @@ CREATE MACRO {SCHEMA}.regnamespace_oid(x) AS COALESCE(
      WHERE sb_n.nspname = {SCHEMA}.sb_last_ident(x)));
 CREATE MACRO {SCHEMA}.regnamespace_name(x) AS
     (SELECT sb_n.nspname FROM {SCHEMA}.pg_namespace sb_n WHERE sb_n.oid = TRY_CAST(x AS BIGINT));
-CREATE MACRO {SCHEMA}.regproc_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
-CREATE MACRO {SCHEMA}.regproc_name(x) AS CAST(x AS VARCHAR);
+CREATE MACRO {SCHEMA}.regproc_oid(x) AS COALESCE(TRY_CAST(CAST(x AS VARCHAR) AS BIGINT),
+    (SELECT min(sb_p.oid) FROM {SCHEMA}.pg_proc sb_p
+     WHERE sb_p.proname = {SCHEMA}.sb_last_ident(x)));
+CREATE MACRO {SCHEMA}.regproc_name(x) AS COALESCE((SELECT min(sb_p.proname)
+    FROM {SCHEMA}.pg_proc sb_p WHERE sb_p.oid = TRY_CAST(x AS BIGINT)), CAST(x AS VARCHAR));
 CREATE MACRO {SCHEMA}.regprocedure_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
 CREATE MACRO {SCHEMA}.regprocedure_name(x) AS CAST(x AS VARCHAR);
 CREATE MACRO {SCHEMA}.regoper_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
@@ -443,7 +451,13 @@ CREATE MACRO {SCHEMA}.regrole_name(x) AS '{OWNER}';
 def _static_views(database: str) -> str:
     s = SCHEMA
     return f"""
-CREATE VIEW {s}.pg_type AS SELECT * EXCLUDE (sqlname) FROM {s}.sb_types;
+CREATE VIEW {s}.pg_type AS SELECT oid, typname, typnamespace, typowner, typlen, typbyval,
+    typtype, typcategory, typcategory IN ('B', 'S') OR oid IN (701, 1184) AS typispreferred,
+    typisdefined, typdelim, typrelid, CASE WHEN typelem <> 0 THEN 6179 ELSE 0 END::BIGINT
+    AS typsubscript, typelem, typarray, typinput, typoutput, typreceive, typsend,
+    0::BIGINT AS typmodin, 0::BIGINT AS typmodout, 0::BIGINT AS typanalyze, typalign,
+    typstorage, typnotnull, typbasetype, typtypmod, typndims, typcollation,
+    NULL::VARCHAR AS typdefaultbin, typdefault, NULL::VARCHAR[] AS typacl FROM {s}.sb_types;
 CREATE VIEW {s}.pg_roles AS SELECT {OWNER_OID}::BIGINT AS oid, '{OWNER}' AS rolname,
     true AS rolsuper, false AS rolinherit, false AS rolcreaterole, false AS rolcreatedb,
     true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
@@ -473,6 +487,7 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.unregister("sb_type_rows")
     for name, columns in _EMPTY.items():
         conn.execute(f"CREATE TABLE {SCHEMA}.{name} ({columns})")
+    catalog_tools.install_relations(conn)
     # tables are heap, primary key indexes btree (pgjdbc's getIndexInfo joins pg_am)
     conn.execute(
         f"INSERT INTO {SCHEMA}.pg_am VALUES (2, 'heap', 'heap_tableam_handler', 't'), "
@@ -482,6 +497,7 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.execute(_static_views(database))
     conn.execute(_MACROS)
     conn.execute(_information_schema(database))
+    catalog_tools.install(conn)
 
 
 def _table(
@@ -607,6 +623,9 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
         if (k.ref_schema, k.ref_table) in names
         for end in ((t.schema, t.name), (k.ref_schema, k.ref_table))
     }
+    for name in sorted(INFORMATION_SCHEMA_RELATIONS):  # views there, as in Postgres
+        view_oid = stable_oid("view", "information_schema", name)
+        _add(classes, **_class_row(view_oid, name, INFORMATION_SCHEMA_OID, "v", 0, False))
     for table in tables:
         ns = namespace_oid(table.schema)
         oid = table.oid
@@ -703,11 +722,14 @@ def _attribute_row(
 
 def _quote_ident(name: str) -> str:
     simple = name.isidentifier() and name == name.lower() and name.isascii()
+    simple = simple and name not in catalog_tools.QUOTED_KEYWORDS
     return name if simple else _ident(name)
 
 
 def _information_schema(database: str) -> str:
-    s, i, db = SCHEMA, INFO_SCHEMA, _q(database)
+    # the session's database (a per-connection variable DbSession sets), else the default
+    db = f"COALESCE(getvariable('{DATABASE_VARIABLE}'), {_q(database)})"
+    s, i = SCHEMA, INFO_SCHEMA
     user_tables = f"""
         FROM {s}.pg_class c JOIN {s}.pg_namespace n ON n.oid = c.relnamespace
         WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')"""
@@ -741,15 +763,28 @@ CREATE VIEW {i}.columns AS SELECT {db} AS table_catalog, n.nspname AS table_sche
          WHEN a.atttypid = 21 THEN 16 WHEN a.atttypid = 23 THEN 32 WHEN a.atttypid = 20 THEN 64
          WHEN a.atttypid = 700 THEN 24 WHEN a.atttypid = 701 THEN 53 END::INTEGER
     AS numeric_precision,
-    CASE WHEN a.atttypid = 1700 THEN NULL WHEN a.atttypid IN (21, 23, 20, 700, 701) THEN 2
+    CASE WHEN a.atttypid = 1700 THEN 10 WHEN a.atttypid IN (21, 23, 20, 700, 701) THEN 2
     END::INTEGER AS numeric_precision_radix,
     CASE WHEN a.atttypid = 1700 AND a.atttypmod >= 4 THEN (a.atttypmod - 4) & 65535
          WHEN a.atttypid IN (21, 23, 20) THEN 0 END::INTEGER AS numeric_scale,
     CASE WHEN a.atttypid IN (1083, 1114, 1184, 1266) AND a.atttypmod >= 0 THEN a.atttypmod
          WHEN a.atttypid IN (1083, 1114, 1184, 1186, 1266) THEN 6
          WHEN a.atttypid = 1082 THEN 0 END::INTEGER AS datetime_precision,
+    NULL::VARCHAR AS interval_type, NULL::INTEGER AS interval_precision,
+    NULL::VARCHAR AS character_set_catalog, NULL::VARCHAR AS character_set_schema,
+    NULL::VARCHAR AS character_set_name, NULL::VARCHAR AS collation_catalog,
+    NULL::VARCHAR AS collation_schema, NULL::VARCHAR AS collation_name,
+    NULL::VARCHAR AS domain_catalog, NULL::VARCHAR AS domain_schema,
+    NULL::VARCHAR AS domain_name,
     {db} AS udt_catalog, 'pg_catalog' AS udt_schema, t.typname AS udt_name,
-    'NO' AS is_identity, 'NEVER' AS is_generated, 'NO' AS is_updatable
+    NULL::VARCHAR AS scope_catalog, NULL::VARCHAR AS scope_schema,
+    NULL::VARCHAR AS scope_name, NULL::INTEGER AS maximum_cardinality,
+    CAST(a.attnum AS VARCHAR) AS dtd_identifier, 'NO' AS is_self_referencing,
+    'NO' AS is_identity, NULL::VARCHAR AS identity_generation,
+    NULL::VARCHAR AS identity_start, NULL::VARCHAR AS identity_increment,
+    NULL::VARCHAR AS identity_maximum, NULL::VARCHAR AS identity_minimum,
+    'NO' AS identity_cycle, 'NEVER' AS is_generated,
+    NULL::VARCHAR AS generation_expression, 'NO' AS is_updatable
     FROM {s}.pg_attribute a JOIN {s}.pg_class c ON c.oid = a.attrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace
     JOIN {s}.sb_types t ON t.oid = a.atttypid

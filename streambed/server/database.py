@@ -35,7 +35,6 @@ import duckdb
 import pglast
 import pyarrow as pa
 from pglast import ast, enums
-from pglast.stream import RawStream
 
 from streambed.config import Settings
 from streambed.lake.declared import SourceFacts, facts_of
@@ -327,7 +326,7 @@ _FILE_FUNCTIONS = {
 }  # fmt: skip
 # Functions no reader needs that reach outside the sandbox or the session.
 _DENIED_FUNCTIONS = {
-    "getenv", "duckdb_secrets", "which_secret", "load_aws_credentials", "set_config",
+    "getenv", "duckdb_secrets", "which_secret", "load_aws_credentials",
     "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "lo_import", "lo_export",
     "query", "query_table",
 }  # fmt: skip
@@ -769,6 +768,7 @@ class DbSession:
         self._savepoints: list[str] = []  # of the open transaction block, oldest first
         # the result columns taken straight from tables, of the last statement prepared
         self._origins: list[origins.Origin | None] | None = None
+        self._local_settings: dict[str, str] = {}  # set_config(..., true): values to restore
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -979,6 +979,7 @@ class DbSession:
             time_travel=self._time_travel,
             params=tuple(params),
             settings=dict(self.settings),
+            set_setting=self._set_config,
         )
 
     def _time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:
@@ -1013,7 +1014,7 @@ class DbSession:
             stmt, lambda schema, name: self._db.table_columns(schema, name, path)
         )
         select_list.name_reg_outputs(stmt)  # before the rewrite, after naming the columns
-        if rewrite.needs_rewrite(stmt) or keywords.needs_quoting(stmt):
+        if rewrite.needs_rewrite(stmt):
             try:
                 text = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)
             except timetravel.TimeTravelError as e:
@@ -1021,7 +1022,7 @@ class DbSession:
             # time-travel arguments given as $n were resolved into constants
             params = params[: _param_count(stmt)]
         else:
-            text = sql if sql is not None else str(RawStream()(stmt))
+            text = sql if sql is not None else str(keywords.QuotingStream()(stmt))
         return text, params, names
 
     def _apply_settings(self, conn: duckdb.DuckDBPyConnection, applied: Any) -> tuple[str, str]:
@@ -1030,6 +1031,9 @@ class DbSession:
         path = ",".join([*self._search_path(), "main"])
         zone = self.settings["timezone"]
         wanted = (path, zone)
+        if applied is None:
+            name = self.database.replace("'", "''")
+            conn.execute(f"SET VARIABLE {catalog.DATABASE_VARIABLE} = '{name}'")
         if applied is None or applied[0] != path:
             conn.execute(f"SET search_path = '{path}'")
         if applied is None or applied[1] != zone:
@@ -1194,6 +1198,8 @@ class DbSession:
             failed = self._status == "E"
             self._status = "I"
             self._savepoints.clear()
+            self.settings.update(self._local_settings)
+            self._local_settings.clear()
             return QueryResult([], None, "ROLLBACK" if failed else tag)
         if kind in (K.TRANS_STMT_ROLLBACK_TO, K.TRANS_STMT_RELEASE):
             if self._status == "I":
@@ -1368,6 +1374,31 @@ class DbSession:
                 raise QueryError("SET TIME ZONE INTERVAL is not supported", "0A000")
         if name == "names":
             name = "client_encoding"
+        if stmt.kind in (K.VAR_RESET, K.VAR_SET_DEFAULT):
+            self._change_setting(name, None)
+        else:
+            self._change_setting(name, _setting_value(stmt))
+        return QueryResult([], None, "RESET" if stmt.kind == K.VAR_RESET else "SET")
+
+    def _set_config(self, name: str, value: str, is_local: bool) -> str:
+        """set_config(): like SET (or SET LOCAL, which ends with the transaction block and
+        outside one changes nothing); returns the value as SHOW would give it."""
+        key = name.lower()
+        if is_local and self._status == "I":
+            return self._checked_setting(key, value)
+        before = self.settings.get(key)
+        self._change_setting(key, value)
+        if is_local and before is not None:
+            self._local_settings.setdefault(key, before)
+        return self.settings[key]
+
+    def _checked_setting(self, name: str, value: str) -> str:
+        if name not in DEFAULT_SETTINGS or name in _READ_ONLY_SETTINGS:
+            self._change_setting(name, value)  # raises the error SET gives
+        return self._validate_setting(name, value)
+
+    def _change_setting(self, name: str, value: str | None) -> None:
+        """Set a session setting as SET does (`value` None: its default)."""
         if name not in DEFAULT_SETTINGS or name in _READ_ONLY_SETTINGS:
             if name in _READ_ONLY_SETTINGS:
                 raise QueryError(f'parameter "{name}" cannot be changed', "55P02")
@@ -1377,13 +1408,9 @@ class DbSession:
                 f"statement_timeout are accepted)",
                 "42501",
             )
-        if stmt.kind in (K.VAR_RESET, K.VAR_SET_DEFAULT):
+        if value is None:
             value = DEFAULT_SETTINGS[name]
-        else:
-            value = _setting_value(stmt)
-        value = self._validate_setting(name, value)
-        self.settings[name] = value
-        return QueryResult([], None, "RESET" if stmt.kind == K.VAR_RESET else "SET")
+        self.settings[name] = self._validate_setting(name, value)
 
     def _validate_setting(self, name: str, value: str) -> str:
         if name == "timezone":
@@ -1444,8 +1471,9 @@ class DbSession:
         value = self.settings[key]
         if key == "statement_timeout":
             value = _show_duration(value)
-        batch = pa.record_batch([pa.array([value], pa.string())], names=[key])
-        return QueryResult([ColumnInfo.of(key, pgtypes.TEXT)], iter([batch]), "SHOW")
+        column = _DISPLAY_NAMES.get(key, key)  # Postgres: SHOW timezone is "TimeZone"
+        batch = pa.record_batch([pa.array([value], pa.string())], names=[column])
+        return QueryResult([ColumnInfo.of(column, pgtypes.TEXT)], iter([batch]), "SHOW")
 
     # -- extended protocol helpers -----------------------------------------------------------
 

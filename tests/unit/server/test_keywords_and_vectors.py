@@ -22,8 +22,15 @@ def _parse(sql: str) -> Any:
 
 def test_the_keyword_set_is_what_duckdb_reserves_and_postgres_does_not() -> None:
     words = duckdb_only_keywords()
-    assert {"by", "at", "columns", "qualify", "pivot"} <= words
-    assert not {"select", "from", "order", "left", "interval", "name"} & words
+    assert {"by", "at", "columns", "qualify", "pivot", "map"} <= words
+    assert not {"select", "from", "order", "left", "name"} & words
+
+
+def test_keywords_are_quoted_only_where_they_are_identifiers() -> None:
+    stmt = _parse("select interval '1 day', t.interval, map(1) from t")
+    assert (
+        QuotingStream()(stmt) == "SELECT CAST('1 day' AS interval), t.\"interval\", map(1) FROM t"
+    )
 
 
 @pytest.mark.parametrize(
