@@ -24,10 +24,10 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) system-deps lint typecheck
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 unit: $(STAMP)
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -m "not integration" tests
 
 demo: $(STAMP) system-deps
 	$(PY) cmd/demo.py

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what streambed's tests and demo need from Debian when it is missing:
-# a Postgres 15 server (initdb, pg_ctl, pg_recvlogical) and a Java 17 runtime for Spark.
+# a Postgres 15 server (initdb, pg_ctl, pg_recvlogical), a Java 17 runtime for Spark, and the
+# clients the compatibility tests drive (pgjdbc, psqlODBC through unixODBC).
 set -euo pipefail
 need=()
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
@@ -14,6 +15,12 @@ if ! command -v psql >/dev/null 2>&1; then
 fi
 if [ ! -e /usr/share/java/postgresql.jar ] || ! command -v javac >/dev/null 2>&1; then
   need+=(libpostgresql-jdbc-java openjdk-17-jdk-headless)  # pgjdbc probe in tests/integration/wire
+fi
+if [ ! -e /usr/lib/x86_64-linux-gnu/odbc/psqlodbcw.so ] && ! ls /usr/lib/*/odbc/psqlodbcw.so >/dev/null 2>&1; then
+  need+=(odbc-postgresql)  # psqlODBC probe in tests/integration/clients
+fi
+if ! command -v odbcinst >/dev/null 2>&1 || [ ! -e /usr/include/sql.h ]; then
+  need+=(unixodbc unixodbc-dev)  # the ODBC driver manager; headers for building pyodbc
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"

@@ -1,7 +1,8 @@
 """Wiring: build the real components from Settings and run them.
 
-`run` replicates and serves; `serve` only serves; `status` reports. The CLI calls these;
-tests and benchmarks may call `build_pipeline` to drive the loop in-process.
+`run` replicates and serves (from a process of its own); `serve` only serves; `status`
+reports. The CLI calls these; tests and benchmarks may call `build_pipeline` to drive the
+loop in-process.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from streambed.lake.catalog import is_rest, open_catalog
 from streambed.lake.expire import Retention
 from streambed.lake.source_catalog import PostgresCatalog
 from streambed.lake.storage import check_writable
+from streambed.log import log
 from streambed.lsn import format_lsn
 from streambed.pipeline import Pipeline
 from streambed.replication import setup
@@ -75,6 +77,7 @@ def build_pipeline(
         # a running copy manager takes resync requests up within seconds
         resync=state.request_resync if copy else None,
         retention=Retention(settings.snapshot_retention, settings.snapshot_max),
+        merge_local_bytes=settings.merge_local_bytes,
     )
     reconcile(state, sink)
     source = PostgresSource(settings, export_snapshot=copy)
@@ -141,62 +144,18 @@ def _copier(settings: Settings, state: StateStore, sink: IcebergSink, pipeline: 
     )
 
 
-class StateSnapshots:
-    """The query server's view of the lake: the newest watermark in the state store."""
-
-    def __init__(self, state: StateStore) -> None:
-        self.state = state
-
-    def latest(self) -> Any:
-        from streambed.names import split_qualified
-        from streambed.server.database import Watermark
-
-        mark = self.state.latest_watermark()
-        if mark is None:
-            return None
-        tables = {split_qualified(q): loc for q, loc in mark.tables.items()}
-        return Watermark(lsn=mark.lsn, tables=tables)
-
-
-def _start_server(settings: Settings, state: StateStore) -> tuple[Any, Any] | None:
-    if settings.query_host_port is None:
-        return None
-    from streambed.server.database import DatabaseSettings, LakeDatabase
-    from streambed.server.wire.server import QueryServer, ServerOptions
-
-    options = ServerOptions.from_settings(settings)  # ConfigError before anything starts
-    database = LakeDatabase(DatabaseSettings.from_settings(settings), StateSnapshots(state))
-    try:
-        database.refresh()
-        server = QueryServer(options, database).start()
-    except BaseException:
-        database.close()
-        raise
-    host = settings.query_host_port[0]
-    logger.info(
-        "query server listening",
-        extra={
-            "fields": {
-                "address": f"{host}:{server.port}",
-                "connect": f"psql -h {host} -p {server.port}",
-            }
-        },
-    )
-    return server, database
-
-
 def run(settings: Settings) -> None:
     runtime = build_pipeline(settings)
-    served = _start_server(settings, runtime.state)
-    refresher = None
-    if served is not None:
-        from streambed.server.refresher import ViewRefresher
+    # Queries are served by a process of their own, which the pipeline's commits refresh
+    # and which is started again if it dies (streambed.server.supervisor).
+    from streambed.server.supervisor import start_query_process
 
-        # The views follow commits on a thread of their own: a flush or a copy's step
-        # does not wait for them (streambed.server.refresher).
-        refresher = ViewRefresher(served[1]).start()
-        runtime.pipeline.on_commit = refresher.notify
+    query = start_query_process(settings)
+    if query is not None:
+        runtime.pipeline.on_commit = query.notify
     runtime.pipeline.install_signal_handlers()
+    if query is not None:
+        query.stop_on_signals()
     sweeper = None
     if settings.sweep_interval > 0:
         from streambed.lake.sweep import Sweeper
@@ -207,22 +166,31 @@ def run(settings: Settings) -> None:
     finally:
         if sweeper is not None:
             sweeper.stop()
-        if refresher is not None:
-            refresher.stop()
-        if served is not None:
-            served[0].stop()
-            served[1].close()  # removes its scratch directory
+        if query is not None:
+            query.stop()
         runtime.close()
         _stop_spark()
 
 
 def serve(settings: Settings) -> None:
+    if settings.query_host_port is None:
+        raise SystemExit("STREAMBED_QUERY_LISTEN is empty: nothing to serve")
+    from streambed.server.process import start_server
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     state = StateStore(settings.state_path)
-    served = _start_server(settings, state)
-    if served is None:
-        raise SystemExit("STREAMBED_QUERY_LISTEN is empty: nothing to serve")
-    server, database = served
+    try:
+        server, database = start_server(settings, state)
+    except BaseException:
+        state.close()
+        raise
+    host = settings.query_host_port[0]
+    log(
+        logger,
+        "query server listening",
+        address=f"{host}:{server.port}",
+        connect=f"psql -h {host} -p {server.port}",
+    )
     stop = threading.Event()
     import signal
 

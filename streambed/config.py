@@ -165,6 +165,16 @@ class Settings:
         "table on Spark.",
         256 * 1024 * 1024,
     )
+    merge_local_bytes: int = _setting(
+        "STREAMBED_MERGE_LOCAL_BYTES",
+        "A flush whose rewrite is at most this many bytes (the data files it must rewrite, as "
+        "stored, plus its new rows in memory) is merged by streambed's own process with "
+        "pyarrow, in milliseconds, without a Spark job; larger rewrites run on Spark. The "
+        "in-process merge holds the rewrite in memory: a rewrite whose rows would take more "
+        "than four times this in memory (well-compressed files) runs on Spark too. 0 merges "
+        "every rewrite on Spark.",
+        64 * 1024 * 1024,
+    )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
         "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect). A "
@@ -254,8 +264,24 @@ class Settings:
     )
     query_max_connections: int = _setting(
         "STREAMBED_QUERY_MAX_CONNECTIONS",
-        "Concurrent query connections; more are refused with 53300 too_many_connections.",
+        "Concurrent authenticated query sessions; more are refused with 53300 "
+        "too_many_connections. Connections still authenticating do not count here "
+        "(STREAMBED_QUERY_MAX_PENDING_CONNECTIONS).",
         100,
+    )
+    query_max_pending_connections: int = _setting(
+        "STREAMBED_QUERY_MAX_PENDING_CONNECTIONS",
+        "Query connections accepted and not yet authenticated; more are refused at once with "
+        "53300, without a thread or a read. Each is closed when "
+        "STREAMBED_QUERY_AUTH_TIMEOUT runs out.",
+        64,
+    )
+    query_auth_timeout: float = _setting(
+        "STREAMBED_QUERY_AUTH_TIMEOUT",
+        "Seconds a query client has from connecting until it is authenticated (TLS handshake, "
+        "startup packet and password exchange together, as Postgres' "
+        "authentication_timeout); then the connection is closed. 1 to 600.",
+        60.0,
     )
     query_statement_timeout: float = _setting(
         "STREAMBED_QUERY_STATEMENT_TIMEOUT",
@@ -378,6 +404,11 @@ class Settings:
                 f"STREAMBED_COPY_LOCAL_BYTES={self.copy_local_bytes} must be 0 (copy every table "
                 "on Spark) or a positive number of bytes"
             )
+        if self.merge_local_bytes < 0:
+            out.append(
+                f"STREAMBED_MERGE_LOCAL_BYTES={self.merge_local_bytes} must be 0 (merge every "
+                "rewrite on Spark) or a positive number of bytes"
+            )
         if self.copy_reader not in ("duckdb", "csv"):
             out.append(f"STREAMBED_COPY_READER={self.copy_reader!r} must be duckdb or csv")
         for name, hours in (
@@ -476,6 +507,16 @@ class Settings:
         if self.query_max_connections < 1:
             out.append(
                 f"STREAMBED_QUERY_MAX_CONNECTIONS={self.query_max_connections} must be at least 1"
+            )
+        if self.query_max_pending_connections < 1:
+            out.append(
+                "STREAMBED_QUERY_MAX_PENDING_CONNECTIONS="
+                f"{self.query_max_pending_connections} must be at least 1"
+            )
+        if not 1 <= self.query_auth_timeout <= 600:
+            out.append(
+                f"STREAMBED_QUERY_AUTH_TIMEOUT={self.query_auth_timeout} must be between 1 and "
+                "600 seconds"
             )
         if self.query_statement_timeout < 0:
             out.append(

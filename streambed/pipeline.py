@@ -72,6 +72,10 @@ CATCH_UP_INTERVAL_FACTOR = 30
 CATCH_UP_LAG = 30.0
 """Seconds a commit must be old when read for the stream to count as behind."""
 
+LOOP_WAIT = 0.5
+"""The longest the loop waits on the socket with nothing due: how soon it sees a stop, a
+finished copy, a heartbeat or a status update that is due."""
+
 
 class Stream(Protocol):
     def read_batch(self, timeout: float, limit: int = 4096) -> Batch: ...
@@ -287,9 +291,14 @@ class Pipeline:
         insert, update, delete = buffer.insert, buffer.update, buffer.delete
         stage_row = buffer.insert_row
         while not self._stop and not (until is not None and until()):
-            now = time.monotonic()
-            timeout = max(0.0, min(0.5, self._last_flush + settings.flush_interval - now))
-            batch = stream.read_batch(timeout)
+            # Wait on the socket until data comes or the buffered changes are due, at most
+            # LOOP_WAIT: an idle stream sleeps in poll(), it does not spin.
+            interval = settings.flush_interval
+            if self._behind:
+                interval *= CATCH_UP_INTERVAL_FACTOR
+            due = buffer.flush_due(interval)
+            wait = LOOP_WAIT if due is None else min(LOOP_WAIT, due - time.monotonic())
+            batch = stream.read_batch(max(0.0, wait))
             for payload in batch.payloads:
                 # Inserts outside streamed blocks, most of a busy stream, skip the message
                 # object; everything else is decoded into one.

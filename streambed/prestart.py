@@ -2,18 +2,19 @@
 
 A start that copies (the first start of a data directory, a copy a crash interrupted, a
 requested resync) needs Spark right after it has created its slot. Spark's JVM takes
-3-10 s to start, and importing the rest of streambed (pyiceberg, pyarrow, DuckDB) and
-starting the query server take about 3.5 s before that. `prestart` starts Spark on a
-thread before those imports, so the two overlap. A start with every table ready keeps
-starting Spark lazily, when its first merge needs it (an append-only stream may never).
+seconds to start, and so do importing the rest of streambed (pyiceberg, pyarrow, DuckDB)
+and starting the query server before that. `prestart` starts Spark on a thread before
+those imports, so the two overlap. A start with every table ready keeps
+starting Spark lazily, when its first merge too large to run in process needs it
+(`STREAMBED_MERGE_LOCAL_BYTES`; a stream of small tables may never).
 
 A copy needs Spark only for a table larger than `STREAMBED_COPY_LOCAL_BYTES`; smaller ones
 are copied in streambed's process (`streambed.copy.job.copies_here`). So the thread first
 asks the source for the largest table it will copy (a published table that the include
 and exclude settings select), and starts Spark only when one is over that line
-(or the source cannot be asked). Otherwise the JVM's start, about 9 CPU s on two cores,
-would compete with the copies it is not needed for (a first start of 200 small tables took
-a third longer); the first merge or large copy starts Spark when it needs it.
+(or the source cannot be asked). Otherwise the JVM's start, several CPU seconds, would
+compete for the cores with the copies it is not needed for; the first merge or large copy
+starts Spark when it needs it.
 
 Only the standard library is imported here: this runs before everything else.
 """

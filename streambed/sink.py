@@ -2,8 +2,11 @@
 
 A delta of new keys only is an append: Parquet is written straight from Arrow. Anything
 that removes rows is planned with `plan_merge` (only files whose key bounds can hold a
-removed key are touched) and, when files must be rewritten, carried out on Spark. The
-Iceberg commit records the delta's commit LSN as the table's frontier.
+removed key are touched) and, when files must be rewritten, carried out in this process
+(`ArrowMerger`) when the rewrite is at most `merge_local_bytes` (the files' stored bytes
+plus the new rows' Arrow bytes, STREAMBED_MERGE_LOCAL_BYTES), else on Spark, which is
+started only for the first such merge. The Iceberg commit records the delta's commit LSN
+as the table's frontier.
 
 Before the first delta of a new table layout, the lake table is made to match it:
 created, re-created when the source table was dropped and created again under the same
@@ -48,6 +51,7 @@ from streambed.errors import Kind, StreambedError
 from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
+from streambed.lake.declared import record_facts
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.expire import MIN_INTERVAL_S, Retention, expire
 from streambed.lake.files import FileInfo, Footer, data_files, file_info, write_parquet_files
@@ -55,8 +59,9 @@ from streambed.lake.source_catalog import SourceCatalog
 from streambed.lake.storage import resolve, storage_error
 from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, key_columns
 from streambed.lake.types import with_base_types
-from streambed.merge.executor import SparkMerger
-from streambed.merge.plan import plan_merge
+from streambed.merge.arrow_merger import ArrowMerger
+from streambed.merge.contract import Merger
+from streambed.merge.plan import MergePlan, plan_merge
 from streambed.pgoutput.messages import Relation, TupleValue
 
 logger = logging.getLogger("streambed.sink")
@@ -73,7 +78,8 @@ class _Pending:
 
 
 class IcebergSink:
-    """The lake side of the pipeline. `merger` is created on first need (Spark starts slowly).
+    """The lake side of the pipeline. `merger` (Spark's) is created on first need (Spark
+    starts slowly); rewrites of at most `merge_local_bytes` are merged in this process.
 
     `source` (optional) reads the source catalog: domain base types, column attnums (so
     renames stay renames) and fast defaults of added columns. `on_incompatible` is
@@ -84,18 +90,20 @@ class IcebergSink:
     def __init__(
         self,
         catalog: Catalog,
-        merger: Callable[[], SparkMerger],
+        merger: Callable[[], Merger],
         source: SourceCatalog | None = None,
         on_incompatible: OnIncompatible = "stop",
         resync: Callable[[str, str], None] | None = None,
         retention: Retention | None = None,
+        merge_local_bytes: int = 0,
     ) -> None:
         self.catalog = catalog
+        self.merge_local_bytes = merge_local_bytes
         self.resync = resync
         self.source = source
         self.on_incompatible = on_incompatible
         self._merger_factory = merger
-        self._merger: SparkMerger | None = None
+        self._merger: Merger | None = None
         self._tables: dict[tuple[str, str], Table] = {}
         self._layouts: dict[tuple[str, str], tuple[Relation, TableKey]] = {}
         self._resolved: dict[Relation, Relation] = {}
@@ -196,10 +204,19 @@ class IcebergSink:
         expire(table, self.retention)
 
     @property
-    def merger(self) -> SparkMerger:
+    def merger(self) -> Merger:
+        """Spark's merger, created on first use."""
         if self._merger is None:
             self._merger = self._merger_factory()
         return self._merger
+
+    def _merger_for(self, plan: MergePlan, rows: pa.Table, table: Table) -> Merger:
+        """In this process when the rewrite is small enough (`merges_here`), else Spark's."""
+        if merges_here(
+            plan.rewrite_size_bytes, plan.rewrite_record_count, rows, self.merge_local_bytes
+        ):
+            return ArrowMerger(table.io.properties)
+        return self.merger
 
     # ---- writing ----------------------------------------------------------------------
 
@@ -223,7 +240,8 @@ class IcebergSink:
         logger.debug("merge plan for %s: %s", _qualified(delta), plan.describe())
         removed = [f.path for f in (*plan.rewrite, *plan.drop)]
         if plan.rewrite:
-            added = self.merger.execute(
+            merger = self._merger_for(plan, converted.table, table)
+            added = merger.execute(
                 plan,
                 rows=converted.table,
                 removed_keys=keys,
@@ -234,6 +252,8 @@ class IcebergSink:
                 output_dir=f"{table.location()}/data",
                 lookup_keys=_lookup_keys(relation, delta, schema) if delta.moved else None,
             )
+            if isinstance(merger, ArrowMerger):
+                return removed, added, merger.footers
         elif converted.unchanged and not delta.truncated:
             raise StreambedError(
                 f"{_qualified(delta)}: an update left a large value unchanged, but the "
@@ -347,6 +367,9 @@ class IcebergSink:
                 lake_names = {f.name for f in table.schema().fields}
                 columns = self.source.columns(relation.relation_id, lake_names)
             table = evolve_table(table, relation, key, columns, self.on_incompatible)
+        if self.source is not None:
+            names = [f.name for f in table.schema().fields]
+            table = record_facts(table, self.source.facts(relation.relation_id, names))
         self._tables[name] = table
         self._layouts[name] = (relation, key)
         return table
@@ -368,6 +391,35 @@ def _storage(what: str) -> Iterator[None]:
         if failed is None:
             raise
         raise failed from e
+
+
+# The in-process merge may hold this many times STREAMBED_MERGE_LOCAL_BYTES of rows in memory.
+IN_MEMORY_FACTOR = 4
+
+
+def merges_here(rewrite_bytes: int, rewrite_rows: int, rows: pa.Table, limit: int) -> bool:
+    """Whether a merge runs in this process: the files it rewrites (stored bytes) plus its
+    new rows within `limit` (STREAMBED_MERGE_LOCAL_BYTES), and the rows it holds in memory
+    (estimated from the new rows' width, or the schema's) within `IN_MEMORY_FACTOR` times
+    that, so a file of well-compressed rows is not unpacked into gigabytes here."""
+    new_bytes = int(rows.nbytes)
+    if rewrite_bytes + new_bytes > limit:
+        return False
+    return rewrite_rows * _row_bytes(rows) + new_bytes <= IN_MEMORY_FACTOR * limit
+
+
+def _row_bytes(rows: pa.Table) -> float:
+    """Arrow bytes of one row: the new rows' average, or an estimate from the schema (fixed
+    widths; 32 bytes for a variable-width value) when there are none."""
+    if rows.num_rows:
+        return int(rows.nbytes) / int(rows.num_rows)
+    width = 0
+    for column in rows.schema:
+        try:
+            width += max(column.type.bit_width // 8, 1)
+        except ValueError:  # variable width: strings, binaries, lists, decimals as text
+            width += 32
+    return float(width)
 
 
 def _lookup_keys(relation: Relation, delta: TableDelta, schema: pa.Schema) -> pa.Table:

@@ -167,6 +167,13 @@ class ChangeBuffer:
             or now - self._dirty_since >= flush_interval
         )
 
+    def flush_due(self, flush_interval: float) -> float | None:
+        """When the interval trigger fires (a monotonic time), or None when nothing
+        committed is buffered (or `should_flush` has not seen it yet)."""
+        if not self._dirty or self._dirty_since is None:
+            return None
+        return self._dirty_since + flush_interval
+
     # ---- relations ----------------------------------------------------------------
 
     def needs_flush_before(self, rel: Relation, key: TableKey | None = None) -> bool:

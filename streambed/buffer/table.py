@@ -41,8 +41,7 @@ Op = TupleData | Update | Delete | Truncate
 # reference plus a bytes object (33-byte header, rounded up to 8: ~37 on average) around
 # its data. A NULL is a shared singleton and costs only the reference, but it is counted
 # like an empty value: counting NULLs costs the hot path more than the overcount is worth,
-# and an estimate that errs high keeps memory bounds bounds. (The earlier 64 + 8 per
-# value undercounted a typical row about 2x, and every memory bound with it.)
+# and an estimate that errs high keeps memory bounds bounds.
 ROW_OVERHEAD: Final = 96
 VALUE_OVERHEAD: Final = 8 + 37
 TOMBSTONE_BYTES: Final = ROW_OVERHEAD

@@ -7,13 +7,14 @@ identity flags), so the lake table the copy creates is the one the stream expect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from streambed.changes import TableKey
 from streambed.errors import Kind, SourceError
+from streambed.lake.declared import SourceFacts, read_facts
 from streambed.pgoutput.messages import KEY_FLAG, Relation, RelationColumn
 from streambed.replication import setup
 
@@ -36,6 +37,8 @@ class TableInfo:
     # The publication's row filter for the table (`pg_publication_tables.rowfilter`, SQL
     # over its columns), which the copy applies as the stream does; None: every row.
     row_filter: str | None = None
+    # The source's declared types, NOT NULL and foreign keys (`streambed.lake.declared`).
+    facts: SourceFacts = field(default_factory=SourceFacts)
 
     @property
     def stored_bytes(self) -> int:
@@ -173,6 +176,7 @@ def table_info(
         outputs=tuple((str(schema), str(function)) for *_, schema, function in columns),
         partitioned=relkind == "p",
         row_filter=row_filter,
+        facts=read_facts(conn, int(oid), [c.name for c in relation.columns]),
     )
 
 

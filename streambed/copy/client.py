@@ -4,8 +4,8 @@ Two clients, same bytes:
 
 - `psql` (preferred): libpq's C loop receives the COPY rows and writes them to a pipe;
   Arrow's streaming CSV reader parses the pipe in blocks. Python never touches a row,
-  which makes this ~5-8x faster than reading rows through psycopg (one Python call per
-  row). The connection parameters go in a private (0600) service file, never on the
+  which makes this several times faster than reading rows through psycopg (one Python
+  call per row). The connection parameters go in a private (0600) service file, never on the
   command line, so the password is not visible in the process list.
 - `psycopg` (fallback, when no psql binary is found): rows are read one by one and joined
   into chunks of `batch_bytes`.
@@ -56,8 +56,8 @@ def find_psql() -> str | None:
     """`$STREAMBED_PSQL` ("" disables psql), else psql on PATH, else the newest
     /usr/lib/postgresql/*/bin/psql.
 
-    Debian's /usr/bin/psql is a Perl wrapper (pg_wrapper) that takes ~0.2 s to start
-    before it runs the real binary; every copy task starts one psql, so the newest real
+    Debian's /usr/bin/psql is a Perl wrapper (pg_wrapper) that takes a noticeable time to
+    start before it runs the real binary; every copy task starts one psql, so the newest real
     binary is used instead when there is one."""
     configured = os.environ.get(PSQL_ENV)
     if configured is not None:

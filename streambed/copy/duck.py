@@ -3,8 +3,8 @@
 The extension (pinned wheel `duckdb-extension-postgres`) runs `COPY (SELECT ...) TO STDOUT
 (FORMAT binary)` over libpq and decodes the rows into DuckDB vectors, which reach Python as
 Arrow batches. Against the CSV path (`streambed.copy.client`: psql, a pipe, Arrow's CSV
-reader) the source's backend spends about a third less CPU (binary send functions instead
-of text output functions and CSV quoting) and no psql process or pipe is needed.
+reader) the source's backend spends less CPU (binary send functions instead of text output
+functions and CSV quoting) and no psql process or pipe is needed.
 
 Only columns whose binary form DuckDB decodes to exactly the value the stream's converter
 makes of the text form are read natively (`native`): integers, floats, bool, text, varchar,
@@ -217,10 +217,9 @@ def pad(array: pa.Array, width: int) -> pa.Array:
 
 def pad_distinct(array: pa.Array, width: int) -> pa.DictionaryArray:
     """`pad` as a dictionary array: each distinct value is padded once, and the Parquet
-    writer takes the dictionary as it is instead of hashing every padded value (pgbench's
-    blank `char(84)` filler: 0.05 s instead of 0.15 s to write 2.5M values, and no 210 MB of
-    blanks made first). For columns of `few_distinct` values: codes, blank fillers. A batch
-    whose values are all blank (DuckDB hands them on empty) is not hashed at all."""
+    writer takes the dictionary as it is instead of hashing every padded value. For columns
+    of `few_distinct` values: codes, blank fillers. A batch whose values are all blank
+    (DuckDB hands them on empty) is not hashed at all."""
     if _all_empty(array):
         mask = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         indices = pa.array(np.zeros(len(array), dtype=np.int32), mask=mask)
@@ -307,7 +306,7 @@ def passfile_text(password: str) -> str:
 
 def _database() -> duckdb.DuckDBPyConnection:
     """This process's DuckDB with the postgres extension loaded (once: a LOAD checks the
-    extension's signature, 0.2 s of CPU). Each range gets its own cursor; the source's
+    extension's signature, which costs CPU). Each range gets its own cursor; the source's
     attachment is kept between ranges (`_attach`)."""
     global _db
     import duckdb
@@ -430,14 +429,14 @@ def _attach(url: str) -> tuple[str, bool]:
     A Spark Python worker runs its tasks one after another, and a copy thread in
     streambed's own process its tables, so each keeps its attachment between them: the
     next range of a table, or of the next table, reuses the connection (its transaction
-    ended with the previous range), and saves a connection's start, 6-8 ms on an idle
-    machine (TCP, authentication, a backend, DuckDB's ATTACH) and 8-17 ms under a copy's
-    load. One attachment per thread, never shared: DuckDB's pool would open a second
-    connection for a second thread, and the password file it connected with is gone by
-    then. A range of another source detaches the thread's kept one first. The connection
-    ends with the worker (Spark stops Python workers idle for a minute), when a range fails
-    on it (`_detach`), when the copy manager's copy threads are done (`detach_all`), or
-    after a minute unused (the extension's pool closes idle connections)."""
+    ended with the previous range), and saves a connection's start (TCP, authentication, a
+    backend, DuckDB's ATTACH and its catalog queries). One attachment per thread, never
+    shared: DuckDB's pool would open a second connection for a second thread, and the
+    password file it connected with is gone by then. A range of another source detaches the
+    thread's kept one first. The connection ends with the worker (Spark stops Python
+    workers idle for a minute), when a range fails on it (`_detach`), when the copy
+    manager's copy threads are done (`detach_all`), or after a minute unused (the
+    extension's pool closes idle connections)."""
     key = _source_key(url)
     thread = threading.get_ident()
     with _db_lock:

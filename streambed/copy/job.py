@@ -43,6 +43,7 @@ from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition
 from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
 from streambed.failpoints import failpoint, reached
 from streambed.lake.commit import truncate_commit
+from streambed.lake.declared import record_facts
 from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import Footer, current_data_files
 from streambed.lake.storage import refused_error
@@ -94,7 +95,8 @@ def lake_table(catalog: Catalog, info: TableInfo) -> Table:
     # the stream's first Relation message for the table is applied. A new table is created
     # with them (one commit fewer per table: a first start of many small tables).
     attnums = json.dumps(dict(info.attnums))
-    extra = {PROP_ATTNUMS: attnums} if info.attnums else None
+    extra = {PROP_ATTNUMS: attnums} if info.attnums else {}
+    extra.update(info.facts.properties())
     try:
         table = ensure_table(catalog, info.relation, info.key, extra)
     except SchemaError:
@@ -104,7 +106,7 @@ def lake_table(catalog: Catalog, info: TableInfo) -> Table:
         with table.transaction() as tx:
             tx.set_properties({PROP_ATTNUMS: attnums})
         table = table.refresh()
-    return table
+    return record_facts(table, info.facts)
 
 
 def copies_here(info: TableInfo, local_bytes: int) -> bool:

@@ -17,15 +17,13 @@ from typing import Final
 from psycopg import sql
 
 BLOCKS_PER_PARTITION: Final = 131072
-"""1 GiB of heap (8 kB blocks) per partition. Each task after a slot's first waits about
-0.15 s for Spark to hand it over; with 64 MiB partitions that was a third of a 10M-row copy
-on two cores, and 1 GiB partitions copy a 10M-row table (1.3 GiB) in one wave, 10-20%
-faster than in two waves of 512 MiB. Memory does not grow with it: a task streams its
-range."""
+"""1 GiB of heap (8 kB blocks) per partition. Each task after a slot's first waits for Spark
+to hand it over, so few large partitions (a 10M-row pgbench table in one wave on two cores)
+copy sooner than many small ones. Memory does not grow with it: a task streams its range."""
 
 FILE_BLOCKS: Final = 8192
 """A copy task rolls its Parquet files at about the rows of 64 MiB of heap, so the files a
-later copy-on-write merge rewrites stay the size they were with 64 MiB partitions."""
+later copy-on-write merge rewrites stay small whatever the partition's size."""
 
 
 @dataclass(frozen=True)

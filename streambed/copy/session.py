@@ -6,8 +6,7 @@ one conversion (`streambed.lake.convert`) serves both.
 
 A copy session also turns Postgres's JIT off (`COPY_OPTIONS`). A range of a large table is
 planned above `jit_above_cost`, and compiled expressions and tuple deforming made the
-backend's scan and binary COPY slower, not faster (pgbench_accounts, a 5M-row range: about
-10% more backend CPU with JIT, optimized or not; docs/benchmarks.md). The ranges DuckDB's
+backend's scan and binary COPY slower, not faster, optimized or not. The ranges DuckDB's
 own scanner reads are small enough to stay below the threshold.
 
 And it turns row security off, as pg_dump does: a table whose row-level security policies

@@ -1,11 +1,10 @@
 """Snapshot expiry: a table keeps the snapshots of a retention window, not every flush's.
 
 Every commit adds a snapshot, and an Iceberg table keeps them all until they are expired.
-Each snapshot kept makes the metadata file about 0.8 kB larger, and every commit writes
-(and every query reads) that file whole; each commit still copies the metadata a few times
-(`streambed.lake.transaction`; pyiceberg's own transaction did about thirty times, which
-made a commit cost 2-3 ms more per snapshot kept). And the data files a flush replaced
-stay referenced, so `streambed sweep` can never reclaim them. The sink therefore expires,
+Each snapshot kept makes the metadata file larger, and every commit writes (and every
+query reads) that file whole and copies it a few times (`streambed.lake.transaction`), so
+every snapshot kept makes each commit slower. And the data files a flush replaced stay
+referenced, so `streambed sweep` can never reclaim them. The sink therefore expires,
 after its own commits, the snapshots that are
 
 - older than `Retention.hours` (STREAMBED_SNAPSHOT_RETENTION), or

@@ -108,7 +108,7 @@ def write_parquet_files(
     keys = key_columns(table)
     if sort_by_key and keys:
         rows = rows.sort_by([(name, "ascending") for name in keys])
-    row_group_rows = _row_group_rows(rows)
+    group_rows = row_group_rows(rows)
     location_provider = table.location_provider()
     properties = table.io.properties
     written: list[str] = []
@@ -117,7 +117,7 @@ def write_parquet_files(
     sink: pa.NativeFile | None = None
     path = ""
     try:
-        for offset in range(0, rows.num_rows, row_group_rows):
+        for offset in range(0, rows.num_rows, group_rows):
             if writer is None:
                 path = location_provider.new_data_location(f"{uuid.uuid4()}.parquet")
                 fs, fs_path = resolve(path, properties)
@@ -132,7 +132,7 @@ def write_parquet_files(
                     write_statistics=True,
                     coerce_timestamps="us",
                 )
-            writer.write_table(rows.slice(offset, row_group_rows), row_group_size=row_group_rows)
+            writer.write_table(rows.slice(offset, group_rows), row_group_size=group_rows)
             assert sink is not None
             if sink.tell() >= TARGET_FILE_BYTES:
                 footers[path] = _close(writer, sink)
@@ -219,7 +219,8 @@ def _decode(field_type: IcebergType, raw: bytes) -> Any:
     return value
 
 
-def _row_group_rows(rows: pa.Table) -> int:
+def row_group_rows(rows: pa.Table) -> int:
+    """Rows per row group so that one group takes about `ROW_GROUP_MEMORY_BYTES` of Arrow."""
     per_row = max(1, rows.nbytes // max(1, rows.num_rows))
     wanted = ROW_GROUP_MEMORY_BYTES // per_row
     return int(max(MIN_ROW_GROUP_ROWS, min(MAX_ROW_GROUP_ROWS, wanted)))

@@ -25,6 +25,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from streambed.lake import declared
+from streambed.lake.declared import SourceFacts
+
 logger = logging.getLogger("streambed.lake")
 
 # A column default that is a constant: a literal with optional casts, a number, a boolean.
@@ -67,6 +70,11 @@ class SourceCatalog(Protocol):
     def base_types(self, type_oids: Collection[int]) -> dict[int, tuple[int, int]]:
         """domain OID → (base type OID, base type modifier), for the domains among
         `type_oids` (nested domains resolved to the final base type)."""
+        ...
+
+    def facts(self, relation_id: int, names: list[str]) -> SourceFacts:
+        """The declared types, NOT NULL and foreign keys of the table's columns `names`
+        (`streambed.lake.declared`)."""
         ...
 
 
@@ -152,6 +160,11 @@ class PostgresCatalog:
             if base is not None:
                 out[oid] = base
         return out
+
+    def facts(self, relation_id: int, names: list[str]) -> SourceFacts:
+        columns = self._query(declared.COLUMNS_SQL, (relation_id,))
+        keys = self._query(declared.FOREIGN_KEYS_SQL, (relation_id,))
+        return declared.facts_from_rows(columns, keys, names)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -38,8 +38,8 @@ or the current metadata file, is missing from the listing (the names are then no
 in the same form, or the table has lost a file, which an operator must look at first).
 "Current" is as loaded before the listings start: a table that commits while it is listed
 (a busy one, at every flush) is not refused for the files that commit added, which the
-listing may lack; until 2026-11-27 it was, and the running sweep tried again only a
-`STREAMBED_SWEEP_INTERVAL` later.
+listing may lack: refusing it would put the running sweep off by a whole
+`STREAMBED_SWEEP_INTERVAL`.
 
 Nor does it delete anything in tables that share a directory (`shared_directories`):
 `User` and `user` on a filesystem that does not tell them apart, placed before

@@ -4,8 +4,9 @@ pyiceberg 0.12's `Transaction.table_metadata` applies every staged update to the
 metadata and deep-copies the result, at each access. One of streambed's commits reads it
 31 times (the snapshot producer's checks, its manifests, the summary, the requirements;
 `tests/integration/lake/test_transaction.py` counts them), so a commit deep-copied the
-whole metadata (every kept snapshot, the metadata log, every schema) that often: 90% of a
-commit's time on a table with 50 snapshots (docs/benchmarks.md, "Commit cost").
+whole metadata (every kept snapshot, the metadata log, every schema) that often, which
+was most of a commit's time on a table keeping many snapshots (docs/benchmarks.md,
+"Commit cost").
 
 `LakeTransaction` computes it once for each pair of base metadata and staged updates, and
 hands the same object out until either changes. Both are only ever replaced, never

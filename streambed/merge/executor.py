@@ -3,9 +3,12 @@
 When Spark runs, and when it does not: a plan with nothing to rewrite (`MergePlan.append_only`:
 no removed key falls inside any file's key bounds, or a truncate that drops every file) is a
 pure append, and `streambed.lake`'s Arrow-only `write_parquet` writes the new rows; starting a
-Spark job would only add latency. `SparkMerger.execute` is called when at least one existing
-file must be read, filtered and replaced. It still accepts a plan with nothing to rewrite (it
-then writes `rows` alone, sorted by key) so that callers need no special case.
+Spark job would only add latency. A rewrite of at most STREAMBED_MERGE_LOCAL_BYTES is carried
+out in process by `streambed.merge.arrow_merger.ArrowMerger`, which keeps the contract below
+(its pure parts are shared in `streambed.merge.contract`). `SparkMerger.execute` is called
+when a larger rewrite must read, filter and replace existing files. Both still accept a plan
+with nothing to rewrite (they then write `rows` alone, sorted by key) so that callers need no
+special case.
 
 What one merge does, as one Spark job:
 
@@ -40,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import shutil
 import uuid
@@ -52,8 +54,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from streambed.errors import Kind, StorageError, StreambedError, raised_by_spark
-from streambed.lake.storage import refused_error
+from streambed.errors import Kind, StreambedError, raised_by_spark
+from streambed.merge.contract import (
+    FIELD_ID,
+    MAX_ROWS_PER_FILE,
+    MISSING_OLD_ROW,
+    REQUIRED_NULL,
+    TARGET_FILE_BYTES,
+    check_inputs,
+    fill_mask,
+    local_path,
+    merge_failed,
+    output_files,
+    rows_per_file,
+)
 from streambed.merge.plan import MergePlan
 from streambed.merge.pyarrow_source import (
     NAME as PYARROW_SOURCE,
@@ -71,10 +85,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIELD_ID = b"PARQUET:field_id"
 SPARK_FIELD_ID = "parquet.field.id"
-MISSING_OLD_ROW = "streambed: no old row to take unchanged values from"
-_MiB = 1024 * 1024
 
 IoMode = Literal["auto", "spark", "pyarrow"]
 
@@ -93,8 +104,8 @@ class SparkMerger:
         spark: SparkSession,
         fs_options: Mapping[str, str] | None = None,
         *,
-        target_file_bytes: int = 128 * _MiB,
-        max_rows_per_file: int = 2_000_000,
+        target_file_bytes: int = TARGET_FILE_BYTES,
+        max_rows_per_file: int = MAX_ROWS_PER_FILE,
         io: IoMode = "auto",
     ) -> None:
         self.spark = spark
@@ -132,7 +143,7 @@ class SparkMerger:
 
         names = list(arrow_schema.names)
         identity = names if full_row else list(key_columns)
-        _check_inputs(plan, rows, removed_keys, unchanged, identity, full_row, arrow_schema)
+        check_inputs(plan, rows, removed_keys, unchanged, identity, full_row, arrow_schema)
         mode = self._io_mode(plan, arrow_schema, output_dir)
         run_id = uuid.uuid4().hex
         log.info(
@@ -201,7 +212,7 @@ class SparkMerger:
         elif old is not None:
             parts.append(old)
 
-        needs_fill = _fill_mask(rows, unchanged)
+        needs_fill = fill_mask(rows, unchanged)
         if needs_fill is not None and needs_fill.true_count:
             if old is None or removed is None:
                 raise StreambedError(
@@ -296,7 +307,7 @@ class SparkMerger:
     ) -> DataFrame:
         paths = [f.path for f in plan.rewrite]
         if mode == "spark":
-            return self.spark.read.schema(work).parquet(*[_local_path(p) for p in paths])
+            return self.spark.read.schema(work).parquet(*[local_path(p) for p in paths])
         import json
 
         self._register()
@@ -321,22 +332,18 @@ class SparkMerger:
         return merged.sortWithinPartitions(*key_columns) if key_columns else merged
 
     def _output_partitions(self, plan: MergePlan, rows: pa.Table) -> int:
-        estimate = plan.rewrite_size_bytes + int(rows.nbytes) // 4
-        return max(1, math.ceil(estimate / self.target_file_bytes))
+        return output_files(plan, rows, self.target_file_bytes)
 
     def _rows_per_file(self, plan: MergePlan) -> int:
-        if not plan.rewrite_record_count:
-            return self.max_rows_per_file
-        per_row = max(1.0, plan.rewrite_size_bytes / plan.rewrite_record_count)
         # 1.5x: a range partition slightly above the target must not leave a tiny last file.
-        return max(1, min(self.max_rows_per_file, int(1.5 * self.target_file_bytes / per_row)))
+        return rows_per_file(plan, self.target_file_bytes, self.max_rows_per_file, slack=1.5)
 
     # ---- writing ------------------------------------------------------------------------
 
     def _write_native(
         self, frame: DataFrame, output_dir: str, run_id: str, rows_per_file: int
     ) -> list[str]:
-        out = Path(_local_path(output_dir))
+        out = Path(local_path(output_dir))
         staging = out / f"_staging-{run_id}"
         try:
             (
@@ -463,14 +470,6 @@ def _without_removed(
     return untouched.unionByName(survivors)
 
 
-def _fill_mask(rows: pa.Table, unchanged: Mapping[str, pa.BooleanArray]) -> pa.BooleanArray | None:
-    masks = [pc.fill_null(m, False) for m in unchanged.values()]
-    if not masks:
-        return None
-    result: pa.BooleanArray = functools.reduce(pc.or_, masks)
-    return result
-
-
 def _final_column(col: Column, field: pa.Field) -> Column:
     """The column with its field id, and non-nullable when the table requires it."""
     from pyspark.sql import functions as F
@@ -485,7 +484,7 @@ def _final_column(col: Column, field: pa.Field) -> Column:
             # sure the literal is never used.
             checked = F.when(
                 col.isNull(),
-                F.raise_error(F.lit(f"streambed: NULL in required column {field.name}")),
+                F.raise_error(F.lit(f"streambed: {REQUIRED_NULL} {field.name}")),
             ).otherwise(col)
             col = F.coalesce(checked, default)
     return col.alias(field.name, metadata=meta)
@@ -521,59 +520,5 @@ def _non_null_literal(t: pa.DataType) -> Column | None:
     return F.lit(value).cast(spark_type)
 
 
-def _check_inputs(
-    plan: MergePlan,
-    rows: pa.Table,
-    removed_keys: pa.Table,
-    unchanged: Mapping[str, pa.BooleanArray],
-    identity: list[str],
-    full_row: bool,
-    arrow_schema: pa.Schema,
-) -> None:
-    names = set(arrow_schema.names)
-    if plan.rewrite and removed_keys.num_rows and not identity:
-        raise ValueError("removing rows needs key_columns, or full_row=True")
-    if missing := [c for c in identity if c not in names]:
-        raise ValueError(f"key columns {missing} are not in the table schema")
-    if missing := [c for c in arrow_schema.names if c not in rows.schema.names]:
-        raise ValueError(f"rows lack columns {missing}")
-    if missing := [c for c in identity if c not in removed_keys.schema.names]:
-        raise ValueError(f"removed_keys lack columns {missing}")
-    for column, mask in unchanged.items():
-        if column not in names:
-            raise ValueError(f"unchanged mask for unknown column {column!r}")
-        if len(mask) != rows.num_rows:
-            raise ValueError(
-                f"unchanged mask for {column!r} has {len(mask)} values, rows have {rows.num_rows}"
-            )
-        if column in identity and pc.any(mask).as_py():
-            raise ValueError(f"key column {column!r} cannot be unchanged")
-    if full_row and any(pc.any(m).as_py() for m in unchanged.values()):
-        raise ValueError(
-            "full-row identity tables have no key to find old rows by: fill unchanged values "
-            "from the old row in the delta before merging"
-        )
-
-
-def _local_path(uri: str) -> str:
-    return uri.removeprefix("file://")  # not percent-encoded (streambed.lake.locations)
-
-
 def _classify(error: Exception, output_dir: str) -> StreambedError:
-    text = str(error)
-    if MISSING_OLD_ROW in text:
-        return StreambedError(
-            "a row with unchanged (TOAST) values has no old row in the lake to take them "
-            "from; the table copy is inconsistent: resync the table",
-            kind=Kind.STATE,
-        )
-    if "NULL in required column" in text:
-        return StreambedError(
-            f"merge produced a NULL in a required column: {text.splitlines()[0][:300]}",
-            kind=Kind.INTERNAL,
-        )
-    first_line = text.splitlines()[0][:500] if text else type(error).__name__
-    refused = refused_error(f"spark merge writing to {output_dir} failed", text)
-    if refused is not None:  # a worker's OSError from the object store, in Spark's text
-        return refused
-    return StorageError(f"spark merge writing to {output_dir} failed: {first_line}")
+    return merge_failed(f"spark merge writing to {output_dir} failed", str(error))

@@ -52,11 +52,11 @@ from pyspark.sql.types import StructType
 from streambed.config import Settings
 from streambed.lake.output import TaskOutput
 from streambed.lake.storage import split_uri
+from streambed.merge.contract import conform
 from streambed.merge.worker_heap import settle
 
 NAME = "streambed_parquet"
 MANIFEST_DIR = "_streambed"
-FIELD_ID = b"PARQUET:field_id"
 
 
 def fs_options(settings: Settings) -> dict[str, str]:
@@ -141,34 +141,6 @@ def spark_arrow_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(t):
         return pa.struct([pa.field(f.name, spark_arrow_type(f.type)) for f in t])
     return t
-
-
-def conform(table: pa.Table, schema: pa.Schema, *, by_field_id: bool) -> pa.Table:
-    """`table` cast to `schema`, columns matched by Iceberg field id or by name.
-
-    A column of `schema` that `table` lacks (added to the table after the file was
-    written) reads as NULL. A NULL in a required column is an error, never written.
-    """
-    index: dict[Any, int] = {}
-    for i, field in enumerate(table.schema):
-        if not by_field_id:
-            index[field.name] = i
-        elif field.metadata and FIELD_ID in field.metadata:
-            index[field.metadata[FIELD_ID]] = i
-    columns = []
-    for field in schema:
-        if by_field_id:
-            position = index.get(field.metadata.get(FIELD_ID) if field.metadata else None)
-        else:
-            position = index.get(field.name)
-        if position is None:
-            column = pa.nulls(table.num_rows, field.type)
-        else:
-            column = table.column(position).cast(field.type)
-        if not field.nullable and column.null_count:
-            raise ValueError(f"column {field.name!r} is required but has {column.null_count} NULLs")
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 @dataclass(frozen=True)

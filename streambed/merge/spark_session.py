@@ -1,6 +1,6 @@
 """One warm SparkSession per process.
 
-Starting Spark costs 5-11 s; later merges reuse the session (0.3 s). The master comes from
+Starting Spark takes seconds; later merges and copies reuse the session. The master comes from
 the argument, else `STREAMBED_SPARK_MASTER`, else `local[*]`. `sc://` masters use Spark
 Connect (the server ships in the pyspark wheel); `spark://` and `local[...]` use classic Spark.
 Started from `Settings` with a local master, the JVM uses (or records the classes for) the
@@ -296,7 +296,7 @@ def _start(master: str, java_options: str) -> SparkSession:
     if master.startswith("local"):
         conf.update(_LOCAL_CONF)
         sockets = spark_sockets.socket_dir()
-        if sockets is not None:  # else TCP, whose every Python task waits ~40 ms for input
+        if sockets is not None:  # else TCP, where each Python task waits for its input
             conf["spark.python.unix.domain.socket.enabled"] = "true"
             conf["spark.python.unix.domain.socket.dir"] = str(sockets)
         temp = spark_sockets.jvm_temp_dir()

@@ -1,11 +1,11 @@
 """The directory of a local Spark's Unix domain sockets (Python driver, JVM, Python workers),
 and of its JVM's temporary files.
 
-Over TCP on 127.0.0.1 every Python task of a local Spark waited about 40 ms for its first
-input: the JVM sends a task's command and then its data in two small writes, and Nagle's
-algorithm holds the second until the worker's delayed acknowledgement (40 ms on Linux).
-Over Unix domain sockets (`spark.python.unix.domain.socket.enabled`, Spark 4.1+) nothing
-waits: an empty 2-task Python job takes 55-65 ms instead of 100-110 (docs/initial-copy.md).
+Over TCP on 127.0.0.1 every Python task of a local Spark waits for its first input: the
+JVM sends a task's command and then its data in two small writes, and Nagle's algorithm
+holds the second until the worker's delayed acknowledgement (40 ms on Linux). Over Unix
+domain sockets (`spark.python.unix.domain.socket.enabled`, Spark 4.1+) nothing waits
+(docs/initial-copy.md).
 
 Spark creates its socket files in `spark.python.unix.domain.socket.dir` and removes them
 when it closes them; a driver that is killed leaves them. So each process gets a directory

@@ -2,9 +2,8 @@
 
 pyspark's daemon runs a full `gc.collect()` in a reused worker after every task. A
 streambed worker holds pyspark's, pyarrow's, DuckDB's and streambed's modules, and that
-collection visits every object of them each time: 40-60 ms of CPU a task here, about a
-sixth of what a 1M-row copy's tasks cost (docs/benchmarks.md), and a worker runs its next
-task only when it is done.
+collection visits every object of them each time, a large share of a short task's CPU,
+and a worker runs its next task only when it is done.
 
 `settle()` freezes the objects the worker holds when a task starts (`gc.freeze`: the
 collector leaves them alone from then on), so the collection after the task visits only

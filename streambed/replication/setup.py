@@ -388,8 +388,8 @@ def memberships(
 ) -> dict[tuple[str, str], Membership]:
     """Each table the publication streams (as `publication_tables` lists them), with the
     catalog rows that put it there (`Membership`): its own, then its ancestors' if it is a
-    partition, each looked up by index (one query joining an ancestors list with
-    pg_publication_rel took 0.36 s for 2,000 listed tables, this 13 ms; it runs every
+    partition, each looked up by index (a query joining an ancestors list with
+    pg_publication_rel is far slower on many listed tables, and this runs every
     `streambed.copy.streamed.MEMBERSHIP_POLL_SECONDS`)."""
     schemas = _MEMBERSHIP_SCHEMAS if conn.info.server_version >= 150000 else ""
     rows = _run(

@@ -14,6 +14,9 @@ and `streambed.server.rewrite` points catalog references of client queries at it
 
 Replicated tables appear as ordinary tables (relkind 'r'); a primary key (from the Iceberg
 table's identifier fields) appears as a unique index `<table>_pkey` and a 'p' constraint.
+Columns have the source's declared types and NOT NULL, and foreign keys between served
+tables are 'f' constraints, where the lake table records them (`streambed.lake.declared`,
+`streambed.server.foreign_keys`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from streambed.server import pgtypes
+from streambed.lake.declared import ForeignKey
+from streambed.server import catalog_tools, pgtypes
+from streambed.server.foreign_keys import Served, foreign_key_rows
 
 SCHEMA = "sb_pg"
+DATABASE_VARIABLE = "sb_database"  # DuckDB variable: the database a session connected to
 INFO_SCHEMA = "sb_information_schema"
 OWNER = "streambed"
 OWNER_OID = 10
@@ -71,12 +77,11 @@ _EMPTY: dict[str, str] = {
     "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, "
     "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
     "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgname VARCHAR, tgenabled VARCHAR, "
-    "tgisinternal BOOLEAN, tgconstraint BIGINT",
+    "tgisinternal BOOLEAN, tgconstraint BIGINT, tgparentid BIGINT",
     "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR",
     "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
     "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
     "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder DOUBLE, enumlabel VARCHAR",
-    "pg_range": "rngtypid BIGINT, rngsubtype BIGINT",
     "pg_extension": "oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
     "extversion VARCHAR",
     "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT",
@@ -84,8 +89,6 @@ _EMPTY: dict[str, str] = {
     "pg_event_trigger": "oid BIGINT, evtname VARCHAR",
     "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, definition VARCHAR",
     "pg_views": "schemaname VARCHAR, viewname VARCHAR, viewowner VARCHAR, definition VARCHAR",
-    "pg_proc": "oid BIGINT, proname VARCHAR, pronamespace BIGINT, prorettype BIGINT, "
-    "prokind VARCHAR, proargtypes BIGINT[], proretset BOOLEAN",
     "pg_tablespace": "oid BIGINT, spcname VARCHAR, spcowner BIGINT",
     "pg_auth_members": "roleid BIGINT, member BIGINT, grantor BIGINT",
 }
@@ -98,11 +101,21 @@ _DYNAMIC = (
     "pg_constraint",
     "sb_indexdefs",
 )
-_VIEWS = ("pg_tables", "pg_indexes", "pg_roles", "pg_user", "pg_database", "pg_settings", "pg_type")
+_VIEWS = ("pg_roles", "pg_user", "pg_database", "pg_settings", "pg_type")
 
-CATALOG_RELATIONS = frozenset(set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS)) - {"sb_indexdefs"}
+CATALOG_RELATIONS = frozenset(
+    set(_EMPTY) | set(_DYNAMIC) | set(_VIEWS) | catalog_tools.RELATIONS
+) - {"sb_indexdefs"}
 INFORMATION_SCHEMA_RELATIONS = frozenset(
-    {"tables", "columns", "schemata", "table_constraints", "key_column_usage", "views"}
+    {
+        "tables",
+        "columns",
+        "schemata",
+        "table_constraints",
+        "key_column_usage",
+        "referential_constraints",
+        "views",
+    }
 )
 
 COMPAT_FUNCTIONS = frozenset(
@@ -119,6 +132,7 @@ COMPAT_FUNCTIONS = frozenset(
         "shobj_description",
         "pg_get_indexdef",
         "pg_get_constraintdef",
+        "pg_partition_ancestors",
         "pg_get_viewdef",
         "pg_encoding_to_char",
         "pg_get_serial_sequence",
@@ -153,6 +167,7 @@ COMPAT_FUNCTIONS = frozenset(
         "to_regtype",
         "json_build_object",
         "jsonb_build_object",
+        *catalog_tools.FUNCTIONS,
     }
 )
 SESSION_FUNCTIONS = frozenset(
@@ -172,6 +187,11 @@ class ColumnDef:
     name: str
     duckdb_type: str
     not_null: bool = False
+    declared: pgtypes.PgType | None = None  # the source's type, when clients should see it
+
+    @property
+    def pg_type(self) -> pgtypes.PgType:
+        return self.declared or pgtypes.pg_type_for_duckdb(self.duckdb_type)
 
 
 @dataclass(frozen=True)
@@ -182,6 +202,11 @@ class TableInfo:
     name: str
     columns: tuple[ColumnDef, ...]
     primary_key: tuple[str, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+
+    @property
+    def oid(self) -> int:
+        return stable_oid("table", self.schema, self.name)
 
 
 def stable_oid(*parts: str) -> int:
@@ -235,7 +260,12 @@ def _type_rows() -> pa.Table:
             "sqlname",
         ]
     }
-    array_oids = {t.element.oid: t.oid for t in pgtypes.ALL_TYPES if t.element is not None}
+    proc = catalog_tools.proc_oid
+    array_oids = {
+        t.element.oid: t.oid
+        for t in pgtypes.ALL_TYPES
+        if t.element is not None and t.oid not in pgtypes.VECTOR_OIDS
+    }
     for t in pgtypes.ALL_TYPES:
         element = t.element
         collatable = (element or t).oid in (25, 1043)
@@ -259,16 +289,20 @@ def _type_rows() -> pa.Table:
             "typndims": 0,
             "typcollation": 100 if collatable else 0,
             "typnotnull": False,
-            "typinput": ("array_in" if element else t.name + "in"),
-            "typoutput": ("array_out" if element else t.name + "out"),
-            "typreceive": ("array_recv" if element else t.name + "recv"),
-            "typsend": ("array_send" if element else t.name + "send"),
+            # regproc columns: oids of pg_proc rows (catalog_tools)
+            "typinput": proc("array_in" if element else t.name + "in"),
+            "typoutput": proc("array_out" if element else t.name + "out"),
+            "typreceive": proc("array_recv" if element else t.name + "recv"),
+            "typsend": proc("array_send" if element else t.name + "send"),
             "typalign": "d" if t.typlen == 8 else "i",
             "typstorage": "p" if t.typlen > 0 else "x",
             "typdefault": None,
             "sqlname": t.format_type(),
         }
         for key, value in values.items():
+            rows[key].append(value)
+    for row in catalog_tools.catalog_type_rows(values):
+        for key, value in row.items():
             rows[key].append(value)
     return pa.table(rows)
 
@@ -303,13 +337,23 @@ CREATE MACRO {SCHEMA}.pg_table_is_visible(o) AS (
 CREATE MACRO {SCHEMA}.pg_type_is_visible(o) AS true;
 CREATE MACRO {SCHEMA}.pg_function_is_visible(o) AS true;
 CREATE MACRO {SCHEMA}.pg_collation_is_visible(o) AS true;
+CREATE MACRO {SCHEMA}.sb_typmod_name(e, m) AS CASE
+    WHEN e = 1700 AND m >= 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')'
+    WHEN e = 1043 AND m >= 4 THEN 'character varying(' || (m - 4) || ')'
+    WHEN e = 1042 AND m >= 4 THEN 'character(' || (m - 4) || ')'
+    WHEN e = 1114 AND m >= 0 THEN 'timestamp(' || m || ') without time zone'
+    WHEN e = 1184 AND m >= 0 THEN 'timestamp(' || m || ') with time zone'
+    WHEN e = 1083 AND m >= 0 THEN 'time(' || m || ') without time zone'
+    WHEN e = 1266 AND m >= 0 THEN 'time(' || m || ') with time zone'
+    WHEN e = 1560 AND m >= 0 THEN 'bit(' || m || ')'
+    WHEN e = 1562 AND m >= 0 THEN 'bit varying(' || m || ')'
+    END;
 CREATE MACRO {SCHEMA}.format_type(t, m) AS (
     SELECT CASE
-        WHEN sb_x.typelem = 1700 AND m >= 4
-            THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')[]'
-        WHEN sb_x.oid = 1700 AND m >= 4
-            THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')'
-        ELSE sb_x.sqlname END
+        WHEN sb_x.typelem <> 0 AND sb_x.typcategory = 'A' AND t NOT IN (22, 30)
+            THEN COALESCE({SCHEMA}.sb_typmod_name(sb_x.typelem, m) || '[]', sb_x.sqlname)
+        WHEN t = 1042 AND m IS NOT NULL AND m < 0 THEN 'bpchar'
+        ELSE COALESCE({SCHEMA}.sb_typmod_name(sb_x.oid, m), sb_x.sqlname) END
     FROM {SCHEMA}.sb_types sb_x WHERE sb_x.oid = t);
 CREATE MACRO {SCHEMA}.pg_get_expr(e, r) AS NULL::VARCHAR, (e, r, p) AS NULL::VARCHAR;
 CREATE MACRO {SCHEMA}.obj_description(o) AS NULL::VARCHAR, (o, c) AS NULL::VARCHAR;
@@ -354,7 +398,8 @@ CREATE MACRO {SCHEMA}.sb_expandarray(a) AS
 CREATE MACRO {SCHEMA}.sb_divisor(b, a) AS
     CASE WHEN b = 0 AND a IS NOT NULL THEN error('division by zero') ELSE b END;
 CREATE MACRO {SCHEMA}.quote_ident(x) AS CASE
-    WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*') THEN x
+    WHEN regexp_full_match(x, '[a-z_][a-z0-9_$]*')
+        AND NOT list_contains({catalog_tools.QUOTED_KEYWORDS_SQL}, x) THEN x
     ELSE '"' || replace(x, '"', '""') || '"' END;
 CREATE MACRO {SCHEMA}.sb_last_ident(x) AS
     replace(string_split(CAST(x AS VARCHAR), '.')[-1], '"', '');
@@ -369,6 +414,8 @@ CREATE MACRO {SCHEMA}.regclass_oid(x) AS COALESCE(
        AND (sb_n.nspname = {SCHEMA}.sb_first_ident(x)
             OR ({SCHEMA}.sb_first_ident(x) IS NULL AND {SCHEMA}.pg_table_is_visible(sb_c.oid)))));
 CREATE MACRO {SCHEMA}.to_regclass(x) AS {SCHEMA}.regclass_oid(x);
+CREATE MACRO {SCHEMA}.pg_partition_ancestors(r) AS TABLE
+    SELECT {SCHEMA}.regclass_oid(r) AS relid, 1::BIGINT AS depth;
 CREATE MACRO {SCHEMA}.regclass_name(x) AS (
     SELECT CASE WHEN {SCHEMA}.pg_table_is_visible(sb_c.oid) THEN sb_c.relname
         ELSE sb_n.nspname || '.' || sb_c.relname END
@@ -387,8 +434,11 @@ CREATE MACRO {SCHEMA}.regnamespace_oid(x) AS COALESCE(
      WHERE sb_n.nspname = {SCHEMA}.sb_last_ident(x)));
 CREATE MACRO {SCHEMA}.regnamespace_name(x) AS
     (SELECT sb_n.nspname FROM {SCHEMA}.pg_namespace sb_n WHERE sb_n.oid = TRY_CAST(x AS BIGINT));
-CREATE MACRO {SCHEMA}.regproc_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
-CREATE MACRO {SCHEMA}.regproc_name(x) AS CAST(x AS VARCHAR);
+CREATE MACRO {SCHEMA}.regproc_oid(x) AS COALESCE(TRY_CAST(CAST(x AS VARCHAR) AS BIGINT),
+    (SELECT min(sb_p.oid) FROM {SCHEMA}.pg_proc sb_p
+     WHERE sb_p.proname = {SCHEMA}.sb_last_ident(x)));
+CREATE MACRO {SCHEMA}.regproc_name(x) AS COALESCE((SELECT min(sb_p.proname)
+    FROM {SCHEMA}.pg_proc sb_p WHERE sb_p.oid = TRY_CAST(x AS BIGINT)), CAST(x AS VARCHAR));
 CREATE MACRO {SCHEMA}.regprocedure_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
 CREATE MACRO {SCHEMA}.regprocedure_name(x) AS CAST(x AS VARCHAR);
 CREATE MACRO {SCHEMA}.regoper_oid(x) AS TRY_CAST(CAST(x AS VARCHAR) AS BIGINT);
@@ -401,7 +451,13 @@ CREATE MACRO {SCHEMA}.regrole_name(x) AS '{OWNER}';
 def _static_views(database: str) -> str:
     s = SCHEMA
     return f"""
-CREATE VIEW {s}.pg_type AS SELECT * EXCLUDE (sqlname) FROM {s}.sb_types;
+CREATE VIEW {s}.pg_type AS SELECT oid, typname, typnamespace, typowner, typlen, typbyval,
+    typtype, typcategory, typcategory IN ('B', 'S') OR oid IN (701, 1184) AS typispreferred,
+    typisdefined, typdelim, typrelid, CASE WHEN typelem <> 0 THEN 6179 ELSE 0 END::BIGINT
+    AS typsubscript, typelem, typarray, typinput, typoutput, typreceive, typsend,
+    0::BIGINT AS typmodin, 0::BIGINT AS typmodout, 0::BIGINT AS typanalyze, typalign,
+    typstorage, typnotnull, typbasetype, typtypmod, typndims, typcollation,
+    NULL::VARCHAR AS typdefaultbin, typdefault, NULL::VARCHAR[] AS typacl FROM {s}.sb_types;
 CREATE VIEW {s}.pg_roles AS SELECT {OWNER_OID}::BIGINT AS oid, '{OWNER}' AS rolname,
     true AS rolsuper, false AS rolinherit, false AS rolcreaterole, false AS rolcreatedb,
     true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
@@ -414,10 +470,10 @@ CREATE VIEW {s}.pg_database AS SELECT 16384::BIGINT AS oid, {_q(database)} AS da
     false AS datistemplate, true AS datallowconn, -1 AS datconnlimit,
     'C.UTF-8' AS datcollate, 'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale,
     NULL::VARCHAR AS datcollversion, NULL::VARCHAR[] AS datacl, 1663::BIGINT AS dattablespace;
-CREATE VIEW {s}.pg_settings AS SELECT name, value AS setting, NULL::VARCHAR AS unit,
-    'Ungrouped' AS category, description AS short_desc, NULL::VARCHAR AS extra_desc,
-    'user' AS context, 'string' AS vartype, 'default' AS source
-    FROM duckdb_settings() WHERE false;
+CREATE VIEW {s}.pg_settings AS SELECT 'max_index_keys' AS name, '32' AS setting,
+    NULL::VARCHAR AS unit, 'Preset Options' AS category,
+    'Shows the maximum number of index keys.' AS short_desc, NULL::VARCHAR AS extra_desc,
+    'internal' AS context, 'integer' AS vartype, 'default' AS source;
 """
 
 
@@ -431,6 +487,7 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.unregister("sb_type_rows")
     for name, columns in _EMPTY.items():
         conn.execute(f"CREATE TABLE {SCHEMA}.{name} ({columns})")
+    catalog_tools.install_relations(conn)
     # tables are heap, primary key indexes btree (pgjdbc's getIndexInfo joins pg_am)
     conn.execute(
         f"INSERT INTO {SCHEMA}.pg_am VALUES (2, 'heap', 'heap_tableam_handler', 't'), "
@@ -440,6 +497,7 @@ def install(conn: duckdb.DuckDBPyConnection, database: str) -> None:
     conn.execute(_static_views(database))
     conn.execute(_MACROS)
     conn.execute(_information_schema(database))
+    catalog_tools.install(conn)
 
 
 def _table(
@@ -555,33 +613,47 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
     defs = _rows(_INDEXDEFS)
     for name, oid in SYSTEM_RELATIONS.items():
         _add(classes, **_class_row(oid, name, PG_CATALOG_OID, "r", 0, False))
+    served: dict[tuple[str, str], Served] = {}
+    # tables on either side of a foreign key have triggers in Postgres (psql's \d looks)
+    names = {(t.schema, t.name) for t in tables}
+    triggers = {
+        end
+        for t in tables
+        for k in t.foreign_keys
+        if (k.ref_schema, k.ref_table) in names
+        for end in ((t.schema, t.name), (k.ref_schema, k.ref_table))
+    }
+    for name in sorted(INFORMATION_SCHEMA_RELATIONS):  # views there, as in Postgres
+        view_oid = stable_oid("view", "information_schema", name)
+        _add(classes, **_class_row(view_oid, name, INFORMATION_SCHEMA_OID, "v", 0, False))
     for table in tables:
         ns = namespace_oid(table.schema)
-        oid = stable_oid("table", table.schema, table.name)
+        oid = table.oid
         has_pk = bool(table.primary_key)
-        _add(classes, **_class_row(oid, table.name, ns, "r", len(table.columns), has_pk))
+        relation = _class_row(oid, table.name, ns, "r", len(table.columns), has_pk)
+        relation["relhastriggers"] = (table.schema, table.name) in triggers
+        _add(classes, **relation)
         positions: dict[str, int] = {}
         for number, column in enumerate(table.columns, start=1):
             positions[column.name] = number
-            pg_type = pgtypes.pg_type_for_duckdb(column.duckdb_type)
-            _add(
-                attributes,
-                attrelid=oid, attname=column.name, atttypid=pg_type.oid, attstattarget=-1,
-                attlen=pg_type.typlen, attnum=number, attndims=1 if pg_type.is_array else 0,
-                attcacheoff=-1, atttypmod=pg_type.typmod, attbyval=pg_type.typlen in (1, 2, 4, 8),
-                attalign="i", attstorage="x" if pg_type.typlen < 0 else "p", attcompression="",
-                attnotnull=column.not_null or column.name in table.primary_key, atthasdef=False,
-                atthasmissing=False, attidentity="", attgenerated="", attisdropped=False,
-                attislocal=True, attinhcount=0,
-                attcollation=100 if pg_type.oid in (25, 1043) else 0,
-            )  # fmt: skip
+            not_null = column.not_null or column.name in table.primary_key
+            _add(attributes, **_attribute_row(oid, column.name, number, column.pg_type, not_null))
+        index_oid = stable_oid("index", table.schema, table.name)
+        served[(table.schema, table.name)] = Served(
+            oid, ns, positions, table.primary_key, index_oid if has_pk else 0
+        )
         if not has_pk:
             continue
         index_name = f"{table.name}_pkey"
-        index_oid = stable_oid("index", table.schema, table.name)
         constraint_oid = stable_oid("constraint", table.schema, table.name)
         keys = [positions[c] for c in table.primary_key if c in positions]
         _add(classes, **_class_row(index_oid, index_name, ns, "i", len(keys), False))
+        # an index has attributes of its own, one per key column (psqlODBC joins them)
+        by_name = {c.name: c for c in table.columns}
+        for number, name in enumerate(table.primary_key, start=1):
+            if name in by_name:
+                pg_type = by_name[name].pg_type
+                _add(attributes, **_attribute_row(index_oid, name, number, pg_type, False))
         _add(
             indexes,
             indexrelid=index_oid, indrelid=oid, indnatts=len(keys), indnkeyatts=len(keys),
@@ -607,6 +679,22 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
             f"USING btree ({cols})",
             condef=f"PRIMARY KEY ({cols})",
         )
+    for table in tables:
+        for key in table.foreign_keys:
+            row = foreign_key_rows(key, served[(table.schema, table.name)], served, _quote_ident)
+            if row is None:
+                continue
+            constraint_oid = stable_oid("constraint", table.schema, table.name, key.name)
+            _add(
+                constraints,
+                oid=constraint_oid, conname=key.name, connamespace=namespace_oid(table.schema),
+                contype="f", condeferrable=key.deferrable, condeferred=key.deferred,
+                convalidated=True, conrelid=row.conrelid, contypid=0, conindid=row.conindid,
+                conparentid=0, confrelid=row.confrelid, confupdtype=key.on_update,
+                confdeltype=key.on_delete, confmatchtype=key.match, conislocal=True,
+                coninhcount=0, connoinherit=True, conkey=row.conkey, confkey=row.confkey,
+            )  # fmt: skip
+            _add(defs, oid=None, conoid=constraint_oid, indexdef=None, condef=row.definition)
     _table(conn, "pg_namespace", namespaces, _NAMESPACE)
     _table(conn, "pg_class", classes, _CLASS)
     _table(conn, "pg_attribute", attributes, _ATTRIBUTE)
@@ -615,13 +703,33 @@ def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], databa
     _table(conn, "sb_indexdefs", defs, _INDEXDEFS)
 
 
+def _attribute_row(
+    relid: int, name: str, number: int, pg_type: pgtypes.PgType, not_null: bool
+) -> dict[str, object]:
+    collatable = (pg_type.element or pg_type).oid in (25, 1042, 1043)
+    return {
+        "attrelid": relid, "attname": name, "atttypid": pg_type.oid, "attstattarget": -1,
+        "attlen": pg_type.typlen, "attnum": number, "attndims": 1 if pg_type.is_array else 0,
+        "attcacheoff": -1, "atttypmod": pg_type.typmod,
+        "attbyval": pg_type.typlen in (1, 2, 4, 8) and not pg_type.is_array,
+        "attalign": "d" if pg_type.typlen == 8 else "i",
+        "attstorage": "x" if pg_type.typlen < 0 else "p", "attcompression": "",
+        "attnotnull": not_null, "atthasdef": False, "atthasmissing": False, "attidentity": "",
+        "attgenerated": "", "attisdropped": False, "attislocal": True, "attinhcount": 0,
+        "attcollation": 100 if collatable else 0,
+    }  # fmt: skip
+
+
 def _quote_ident(name: str) -> str:
     simple = name.isidentifier() and name == name.lower() and name.isascii()
+    simple = simple and name not in catalog_tools.QUOTED_KEYWORDS
     return name if simple else _ident(name)
 
 
 def _information_schema(database: str) -> str:
-    s, i, db = SCHEMA, INFO_SCHEMA, _q(database)
+    # the session's database (a per-connection variable DbSession sets), else the default
+    db = f"COALESCE(getvariable('{DATABASE_VARIABLE}'), {_q(database)})"
+    s, i = SCHEMA, INFO_SCHEMA
     user_tables = f"""
         FROM {s}.pg_class c JOIN {s}.pg_namespace n ON n.oid = c.relnamespace
         WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')"""
@@ -642,40 +750,83 @@ CREATE VIEW {i}.columns AS SELECT {db} AS table_catalog, n.nspname AS table_sche
     c.relname AS table_name, a.attname AS column_name, a.attnum::INTEGER AS ordinal_position,
     NULL::VARCHAR AS column_default, CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END
     AS is_nullable,
-    CASE WHEN t.typelem <> 0 THEN 'ARRAY' ELSE regexp_replace(t.sqlname, '\\(.*\\)', '') END
+    CASE WHEN t.typelem <> 0 AND a.atttypid NOT IN (22, 30) THEN 'ARRAY'
+         ELSE regexp_replace(t.sqlname, '\\(.*\\)', '') END
     AS data_type,
-    NULL::INTEGER AS character_maximum_length, NULL::INTEGER AS character_octet_length,
+    CASE WHEN a.atttypid IN (1042, 1043) AND a.atttypmod >= 4 THEN a.atttypmod - 4
+         WHEN a.atttypid IN (1560, 1562) AND a.atttypmod >= 0 THEN a.atttypmod
+    END::INTEGER AS character_maximum_length,
+    CASE WHEN a.atttypid IN (1042, 1043) AND a.atttypmod >= 4 THEN (a.atttypmod - 4) * 4
+         WHEN a.atttypid IN (25, 1042, 1043) THEN 1073741824
+    END::INTEGER AS character_octet_length,
     CASE WHEN a.atttypid = 1700 AND a.atttypmod >= 4 THEN (a.atttypmod - 4) >> 16
          WHEN a.atttypid = 21 THEN 16 WHEN a.atttypid = 23 THEN 32 WHEN a.atttypid = 20 THEN 64
          WHEN a.atttypid = 700 THEN 24 WHEN a.atttypid = 701 THEN 53 END::INTEGER
     AS numeric_precision,
-    CASE WHEN a.atttypid = 1700 THEN NULL WHEN a.atttypid IN (21, 23, 20, 700, 701) THEN 2
+    CASE WHEN a.atttypid = 1700 THEN 10 WHEN a.atttypid IN (21, 23, 20, 700, 701) THEN 2
     END::INTEGER AS numeric_precision_radix,
     CASE WHEN a.atttypid = 1700 AND a.atttypmod >= 4 THEN (a.atttypmod - 4) & 65535
          WHEN a.atttypid IN (21, 23, 20) THEN 0 END::INTEGER AS numeric_scale,
-    CASE WHEN a.atttypid IN (1083, 1114, 1184, 1186, 1266) THEN 6
+    CASE WHEN a.atttypid IN (1083, 1114, 1184, 1266) AND a.atttypmod >= 0 THEN a.atttypmod
+         WHEN a.atttypid IN (1083, 1114, 1184, 1186, 1266) THEN 6
          WHEN a.atttypid = 1082 THEN 0 END::INTEGER AS datetime_precision,
+    NULL::VARCHAR AS interval_type, NULL::INTEGER AS interval_precision,
+    NULL::VARCHAR AS character_set_catalog, NULL::VARCHAR AS character_set_schema,
+    NULL::VARCHAR AS character_set_name, NULL::VARCHAR AS collation_catalog,
+    NULL::VARCHAR AS collation_schema, NULL::VARCHAR AS collation_name,
+    NULL::VARCHAR AS domain_catalog, NULL::VARCHAR AS domain_schema,
+    NULL::VARCHAR AS domain_name,
     {db} AS udt_catalog, 'pg_catalog' AS udt_schema, t.typname AS udt_name,
-    'NO' AS is_identity, 'NEVER' AS is_generated, 'NO' AS is_updatable
+    NULL::VARCHAR AS scope_catalog, NULL::VARCHAR AS scope_schema,
+    NULL::VARCHAR AS scope_name, NULL::INTEGER AS maximum_cardinality,
+    CAST(a.attnum AS VARCHAR) AS dtd_identifier, 'NO' AS is_self_referencing,
+    'NO' AS is_identity, NULL::VARCHAR AS identity_generation,
+    NULL::VARCHAR AS identity_start, NULL::VARCHAR AS identity_increment,
+    NULL::VARCHAR AS identity_maximum, NULL::VARCHAR AS identity_minimum,
+    'NO' AS identity_cycle, 'NEVER' AS is_generated,
+    NULL::VARCHAR AS generation_expression, 'NO' AS is_updatable
     FROM {s}.pg_attribute a JOIN {s}.pg_class c ON c.oid = a.attrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace
     JOIN {s}.sb_types t ON t.oid = a.atttypid
     WHERE c.relkind = 'r' AND a.attnum > 0;
 CREATE VIEW {i}.table_constraints AS SELECT {db} AS constraint_catalog,
     n.nspname AS constraint_schema, k.conname AS constraint_name, {db} AS table_catalog,
-    n.nspname AS table_schema, c.relname AS table_name, 'PRIMARY KEY' AS constraint_type,
-    'NO' AS is_deferrable, 'NO' AS initially_deferred, 'YES' AS enforced
+    n.nspname AS table_schema, c.relname AS table_name,
+    CASE k.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'f' THEN 'FOREIGN KEY' WHEN 'u' THEN 'UNIQUE'
+        ELSE 'CHECK' END AS constraint_type,
+    CASE WHEN k.condeferrable THEN 'YES' ELSE 'NO' END AS is_deferrable,
+    CASE WHEN k.condeferred THEN 'YES' ELSE 'NO' END AS initially_deferred, 'YES' AS enforced
     FROM {s}.pg_constraint k JOIN {s}.pg_class c ON c.oid = k.conrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace;
 CREATE VIEW {i}.key_column_usage AS SELECT {db} AS constraint_catalog,
     n.nspname AS constraint_schema, k.conname AS constraint_name, {db} AS table_catalog,
     n.nspname AS table_schema, c.relname AS table_name, a.attname AS column_name,
-    u.pos::INTEGER AS ordinal_position, NULL::INTEGER AS position_in_unique_constraint
+    u.pos::INTEGER AS ordinal_position,
+    CASE WHEN k.contype = 'f' THEN COALESCE(list_position(
+        (SELECT p.conkey FROM {s}.pg_constraint p WHERE p.conrelid = k.confrelid
+            AND p.contype = 'p'), k.confkey[u.pos]), u.pos) END::INTEGER
+    AS position_in_unique_constraint
     FROM {s}.pg_constraint k JOIN {s}.pg_class c ON c.oid = k.conrelid
     JOIN {s}.pg_namespace n ON n.oid = c.relnamespace,
     LATERAL (SELECT unnest(k.conkey) AS attnum, generate_subscripts(k.conkey, 1) AS pos) u
     JOIN {s}.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum;
+CREATE VIEW {i}.referential_constraints AS SELECT {db} AS constraint_catalog,
+    n.nspname AS constraint_schema, k.conname AS constraint_name,
+    {db} AS unique_constraint_catalog, pn.nspname AS unique_constraint_schema,
+    p.conname AS unique_constraint_name,
+    CASE k.confmatchtype WHEN 'f' THEN 'FULL' WHEN 'p' THEN 'PARTIAL' ELSE 'NONE' END
+    AS match_option,
+    {_RULE.format(column="k.confupdtype")} AS update_rule,
+    {_RULE.format(column="k.confdeltype")} AS delete_rule
+    FROM {s}.pg_constraint k JOIN {s}.pg_namespace n ON n.oid = k.connamespace
+    LEFT JOIN {s}.pg_constraint p ON p.conrelid = k.confrelid AND p.contype = 'p'
+    LEFT JOIN {s}.pg_namespace pn ON pn.oid = p.connamespace
+    WHERE k.contype = 'f';
 """
+
+
+_RULE = """CASE {column} WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL'
+    WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END"""
 
 
 def catalog_tables_sql() -> list[str]:

@@ -35,20 +35,24 @@ import duckdb
 import pglast
 import pyarrow as pa
 from pglast import ast, enums
-from pglast.stream import RawStream
 
 from streambed.config import Settings
+from streambed.lake.declared import SourceFacts, facts_of
 from streambed.server import (
     catalog,
     cursors,
     extract,
     guard,
+    keywords,
     numeric,
+    origins,
     pgtypes,
     redact,
     rewrite,
+    select_list,
     sqlparse,
     timetravel,
+    vectors,
 )
 from streambed.server.extensions import load_extensions, offline_config
 
@@ -160,10 +164,23 @@ class ColumnInfo:
     typmod: int
     type_name: str
     pg_type: pgtypes.PgType
+    table_oid: int = 0  # a column taken straight from a table: its OID and column number
+    column_number: int = 0
 
     @classmethod
     def of(cls, name: str, pg_type: pgtypes.PgType) -> ColumnInfo:
         return cls(name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type)
+
+    def from_table(self, origin: origins.Origin, duckdb_type: str) -> ColumnInfo:
+        """This column as taken straight from a table column: its table and number, and
+        the declared type when the table column's DuckDB type is this column's."""
+        pg_type = self.pg_type
+        if origin.pg_type is not None and origin.stored_type == duckdb_type:
+            pg_type = origin.pg_type
+        return ColumnInfo(
+            self.name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type,
+            origin.table_oid, origin.column_number,
+        )  # fmt: skip
 
 
 class QueryResult:
@@ -412,6 +429,7 @@ class _Shape:
     keys: tuple[str, ...]
     required: frozenset[str]
     schema_key: tuple[str, int]
+    facts: SourceFacts = field(default_factory=SourceFacts)
 
 
 class LakeDatabase:
@@ -441,6 +459,7 @@ class LakeDatabase:
         self._columns_cache: dict[tuple[str, int], tuple[tuple[str, str], ...]] = {}
         self._snapshot_cache: dict[str, list[timetravel.SnapshotInfo]] = {}
         self._generation = _Generation(None, {}, frozenset())
+        self._catalog_columns: dict[str, origins.Columns] = {}
         try:
             self._setup()
         except Exception:
@@ -482,6 +501,16 @@ class LakeDatabase:
         conn.execute("SET allow_community_extensions = false")
         # every macro streambed made (catalog functions included) is on the allow-list
         self.macros = guard.Macros.of(conn.execute(guard.MACROS_QUERY).fetchall())
+        for name, vector_columns in vectors.VECTOR_COLUMNS.items():
+            described = conn.execute(f"DESCRIBE {catalog.SCHEMA}.{name}").fetchall()
+            relid = catalog.SYSTEM_RELATIONS.get(name, 0)
+            self._catalog_columns[name] = [
+                (
+                    str(row[0]),
+                    origins.Origin(relid, number, vector_columns.get(str(row[0])), str(row[1])),
+                )
+                for number, row in enumerate(described, start=1)
+            ]
         # No lock_configuration: it would also lock each session's TimeZone, which DuckDB's
         # ICU functions (date_trunc, ::date, extract on timestamptz) compute in. The sandbox
         # holds without it: DuckDB refuses to turn external access, allowed_directories,
@@ -523,7 +552,8 @@ class LakeDatabase:
             keys = tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
             required = frozenset(f.name for f in schema.fields if f.required)
             schema_key = (str(table.metadata.table_uuid), schema.schema_id)
-            cached = _Shape(tuple(k for k in keys if k), required, schema_key)
+            facts = facts_of(table.metadata.properties)
+            cached = _Shape(tuple(k for k in keys if k), required, schema_key, facts)
             self._metadata_cache[location] = cached
         return cached
 
@@ -561,8 +591,9 @@ class LakeDatabase:
                 infos[(schema, table)] = catalog.TableInfo(
                     schema,
                     table,
-                    tuple(catalog.ColumnDef(n, t, n in required) for n, t in columns),
+                    _column_defs(columns, required, shape.facts),
                     pk if pk is not None else keys,
+                    shape.facts.foreign_keys,
                 )
             if old.watermark is not None:
                 for schema, table in old.watermark.tables:
@@ -616,6 +647,30 @@ class LakeDatabase:
     def schemas(self) -> frozenset[str]:
         return self._generation.schemas | {"public"}
 
+    def table_columns(
+        self, schema: str | None, name: str, path: Sequence[str]
+    ) -> origins.Columns | None:
+        """The columns of the relation a query names `schema.name` (schema None: found on
+        `path`), with where each comes from (`streambed.server.origins`); None when it is
+        not a replicated table or a catalog relation with vector columns."""
+        if schema in (None, "pg_catalog") and name in self._catalog_columns:
+            return self._catalog_columns[name]
+        if schema is None and name in catalog.CATALOG_RELATIONS:
+            return None
+        tables = self._generation.tables
+        found = None
+        for candidate in [schema] if schema is not None else path:
+            found = tables.get((candidate, name))
+            if found is not None:
+                break
+        if found is None:
+            return None
+        oid = found.oid
+        return [
+            (c.name, origins.Origin(oid, number, c.declared, c.duckdb_type))
+            for number, c in enumerate(found.columns, start=1)
+        ]
+
     def serves(self, schema: str, name: str) -> bool:
         """Whether `schema.name` is a replicated table the query views hold now."""
         return (schema, name) in self._generation.tables
@@ -633,6 +688,23 @@ class LakeDatabase:
 
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _column_defs(
+    columns: Sequence[tuple[str, str]], required: frozenset[str], facts: SourceFacts
+) -> tuple[catalog.ColumnDef, ...]:
+    """The catalog's columns of a table: DuckDB's (name, type), with the source's declared
+    type and NOT NULL where recorded (`streambed.lake.declared`)."""
+    declared = {c.name: c for c in facts.columns}
+    out = []
+    for name, duckdb_type in columns:
+        source = declared.get(name)
+        pg_type = None
+        if source is not None:
+            pg_type = pgtypes.declared_type(source.type_oid, source.typmod, duckdb_type)
+        not_null = name in required or (source is not None and source.not_null)
+        out.append(catalog.ColumnDef(name, duckdb_type, not_null, pg_type))
+    return tuple(out)
 
 
 def split_statements(sql: str) -> list[str]:
@@ -678,6 +750,9 @@ class DbSession:
         self._active = cursor  # the DuckDB connection running the current statement
         self._cursors: dict[str, cursors.SqlCursor] = {}
         self._savepoints: list[str] = []  # of the open transaction block, oldest first
+        # the result columns taken straight from tables, of the last statement prepared
+        self._origins: list[origins.Origin | None] | None = None
+        self._local_settings: dict[str, str] = {}  # set_config(..., true): values to restore
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -719,6 +794,7 @@ class DbSession:
         """Run one statement. Raises QueryError (with SQLSTATE) on failure."""
         if self._open is not None:
             self._open.close()
+        self._origins = None
         try:
             return self._execute(sql, list(params or ()))
         except QueryError as e:
@@ -830,6 +906,7 @@ class DbSession:
             time_travel=self._time_travel,
             params=tuple(params),
             settings=dict(self.settings),
+            set_setting=self._set_config,
         )
 
     def _time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:
@@ -859,6 +936,11 @@ class DbSession:
         """The DuckDB text of a parsed SELECT (rewritten only if needed), its parameters and
         the Postgres column names. `sql` None: print the statement from its parse tree."""
         names = rewrite.pg_column_names(stmt) if isinstance(stmt, ast.SelectStmt) else []
+        path = self._search_path()
+        self._origins = origins.result_origins(
+            stmt, lambda schema, name: self._db.table_columns(schema, name, path)
+        )
+        select_list.name_reg_outputs(stmt)  # before the rewrite, after naming the columns
         if rewrite.needs_rewrite(stmt):
             try:
                 text = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)
@@ -867,7 +949,7 @@ class DbSession:
             # time-travel arguments given as $n were resolved into constants
             params = params[: _param_count(stmt)]
         else:
-            text = sql if sql is not None else str(RawStream()(stmt))
+            text = sql if sql is not None else str(keywords.QuotingStream()(stmt))
         return text, params, names
 
     def _apply_settings(self, conn: duckdb.DuckDBPyConnection, applied: Any) -> tuple[str, str]:
@@ -876,6 +958,9 @@ class DbSession:
         path = ",".join([*self._search_path(), "main"])
         zone = self.settings["timezone"]
         wanted = (path, zone)
+        if applied is None:
+            name = self.database.replace("'", "''")
+            conn.execute(f"SET VARIABLE {catalog.DATABASE_VARIABLE} = '{name}'")
         if applied is None or applied[0] != path:
             conn.execute(f"SET search_path = '{path}'")
         if applied is None or applied[1] != zone:
@@ -952,6 +1037,12 @@ class DbSession:
             ColumnInfo.of(name, pgtypes.pg_type_for_duckdb(str(d[1])))
             for name, d in zip(final_names, description, strict=True)
         ]
+        found, self._origins = self._origins, None
+        if found is not None and len(found) == len(columns):
+            columns = [
+                c if o is None else c.from_table(o, str(d[1]))
+                for c, o, d in zip(columns, found, description, strict=True)
+            ]
         # exact avg()/division items: send their text (numeric, Postgres's scale)
         texts = [i for i, d in enumerate(description) if str(d[1]) == pgtypes.NUMERIC_TEXT_TYPE]
         fields = [
@@ -1049,6 +1140,8 @@ class DbSession:
             failed = self._status == "E"
             self._status = "I"
             self._savepoints.clear()
+            self.settings.update(self._local_settings)
+            self._local_settings.clear()
             return QueryResult([], None, "ROLLBACK" if failed else tag)
         if kind in (K.TRANS_STMT_ROLLBACK_TO, K.TRANS_STMT_RELEASE):
             if self._status == "I":
@@ -1223,6 +1316,31 @@ class DbSession:
                 raise QueryError("SET TIME ZONE INTERVAL is not supported", "0A000")
         if name == "names":
             name = "client_encoding"
+        if stmt.kind in (K.VAR_RESET, K.VAR_SET_DEFAULT):
+            self._change_setting(name, None)
+        else:
+            self._change_setting(name, _setting_value(stmt))
+        return QueryResult([], None, "RESET" if stmt.kind == K.VAR_RESET else "SET")
+
+    def _set_config(self, name: str, value: str, is_local: bool) -> str:
+        """set_config(): like SET (or SET LOCAL, which ends with the transaction block and
+        outside one changes nothing); returns the value as SHOW would give it."""
+        key = name.lower()
+        if is_local and self._status == "I":
+            return self._checked_setting(key, value)
+        before = self.settings.get(key)
+        self._change_setting(key, value)
+        if is_local and before is not None:
+            self._local_settings.setdefault(key, before)
+        return self.settings[key]
+
+    def _checked_setting(self, name: str, value: str) -> str:
+        if name not in DEFAULT_SETTINGS or name in _READ_ONLY_SETTINGS:
+            self._change_setting(name, value)  # raises the error SET gives
+        return self._validate_setting(name, value)
+
+    def _change_setting(self, name: str, value: str | None) -> None:
+        """Set a session setting as SET does (`value` None: its default)."""
         if name not in DEFAULT_SETTINGS or name in _READ_ONLY_SETTINGS:
             if name in _READ_ONLY_SETTINGS:
                 raise QueryError(f'parameter "{name}" cannot be changed', "55P02")
@@ -1232,13 +1350,9 @@ class DbSession:
                 f"statement_timeout are accepted)",
                 "42501",
             )
-        if stmt.kind in (K.VAR_RESET, K.VAR_SET_DEFAULT):
+        if value is None:
             value = DEFAULT_SETTINGS[name]
-        else:
-            value = _setting_value(stmt)
-        value = self._validate_setting(name, value)
-        self.settings[name] = value
-        return QueryResult([], None, "RESET" if stmt.kind == K.VAR_RESET else "SET")
+        self.settings[name] = self._validate_setting(name, value)
 
     def _validate_setting(self, name: str, value: str) -> str:
         if name == "timezone":
@@ -1299,8 +1413,9 @@ class DbSession:
         value = self.settings[key]
         if key == "statement_timeout":
             value = _show_duration(value)
-        batch = pa.record_batch([pa.array([value], pa.string())], names=[key])
-        return QueryResult([ColumnInfo.of(key, pgtypes.TEXT)], iter([batch]), "SHOW")
+        column = _DISPLAY_NAMES.get(key, key)  # Postgres: SHOW timezone is "TimeZone"
+        batch = pa.record_batch([pa.array([value], pa.string())], names=[column])
+        return QueryResult([ColumnInfo.of(column, pgtypes.TEXT)], iter([batch]), "SHOW")
 
     # -- extended protocol helpers -----------------------------------------------------------
 

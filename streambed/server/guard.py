@@ -36,7 +36,7 @@ from typing import Any
 
 from pglast import ast
 
-from streambed.server import catalog, timetravel
+from streambed.server import catalog, rewrite, rewrite_tools, timetravel
 from streambed.server.allowed_functions import SCALAR_FUNCTIONS
 
 # Table functions a read-only client may call in FROM (DuckDB's, generic and harmless).
@@ -95,7 +95,6 @@ DENIED: dict[str, str] = {
     "current_setting": _SETTINGS,
     "getvariable": _SETTINGS,
     "current_query": _SETTINGS,
-    "set_config": _WRITES,
     "which_secret": _SECRETS,
     "load_aws_credentials": _SECRETS,
     "enable_logging": _LOGGING,
@@ -164,7 +163,14 @@ _HINT = "the query server allows the SQL listed in docs/query-server.md (Allowed
 # Postgres functions the rewrite always replaces before DuckDB runs anything, by their exact
 # (case-sensitive) name, as the rewrite matches them: a catalog function (COMPAT_FUNCTIONS
 # go to streambed's macros) or a session function answered from the session.
-REWRITTEN = catalog.COMPAT_FUNCTIONS | catalog.SESSION_FUNCTIONS | {"_pg_expandarray"}
+REWRITTEN = (
+    catalog.COMPAT_FUNCTIONS
+    | catalog.SESSION_FUNCTIONS
+    | rewrite.TOOL_FUNCTIONS
+    | {"_pg_expandarray"}
+)
+# The schemas such a call may name and still be replaced.
+_REWRITTEN_SCHEMAS: tuple[list[str], ...] = ([], ["pg_catalog"], ["information_schema"])
 
 
 class GuardError(Exception):
@@ -388,8 +394,12 @@ class _Checker:
     def function(self, node: ast.FuncCall, *, table: bool) -> None:
         parts = _strings(node.funcname)
         exact = parts[-1] if parts else ""
-        if exact in REWRITTEN or (table and exact in REWRITTEN_IN_FROM):
+        if parts[:-1] in _REWRITTEN_SCHEMAS and (
+            exact in REWRITTEN or (table and exact in REWRITTEN_IN_FROM)
+        ):
             return  # replaced by the rewrite; DuckDB never sees the call
+        if table and exact in rewrite_tools.SCALAR_IN_FROM:
+            table = False  # the rewrite calls it as a scalar, in a one-row subquery
         lowered = [p.lower() for p in parts]
         name = lowered[-1] if lowered else ""
         schema = lowered[-2] if len(lowered) > 1 else None

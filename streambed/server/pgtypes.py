@@ -28,9 +28,12 @@ class PgType:
     typlen: int  # -1 for variable length
     typmod: int = -1
     element: PgType | None = None  # element type of an array type
+    # The values are the type's Postgres text, held in a string column (a declared type
+    # the lake stores as text: jsonb, arrays, uuid, ...): binary encoders must parse them.
+    stored_as_text: bool = False
 
     def with_typmod(self, typmod: int) -> PgType:
-        return PgType(self.oid, self.name, self.typlen, typmod, self.element)
+        return PgType(self.oid, self.name, self.typlen, typmod, self.element, self.stored_as_text)
 
     @property
     def is_array(self) -> bool:
@@ -38,12 +41,21 @@ class PgType:
 
     def format_type(self) -> str:
         """The SQL spelling `format_type(oid, typmod)` gives, e.g. numeric(10,2)."""
+        if self.oid in VECTOR_OIDS:
+            return self.name
         if self.element is not None:
             return self.element.with_typmod(self.typmod).format_type() + "[]"
         base = _SQL_NAMES.get(self.name, self.name)
+        if self.typmod < 0:
+            return base
         if self.name == "numeric" and self.typmod >= 4:
             precision, scale = numeric_precision_scale(self.typmod)
             return f"numeric({precision},{scale})"
+        if self.name in ("varchar", "bpchar") and self.typmod >= 4:
+            return f"{_SQL_NAMES.get(self.name, 'character')}({self.typmod - 4})"
+        if self.name in _PRECISION_NAMES:
+            head, _, tail = _PRECISION_NAMES[self.name].partition(" ")
+            return f"{head}({self.typmod}){' ' + tail if tail else ''}"
         return base
 
 
@@ -76,6 +88,21 @@ TIMETZ = PgType(1266, "timetz", 12)
 NUMERIC = PgType(1700, "numeric", -1)
 UUID = PgType(2950, "uuid", 16)
 JSONB = PgType(3802, "jsonb", -1)
+CHAR = PgType(18, "char", 1)
+NAME = PgType(19, "name", 64)
+BPCHAR = PgType(1042, "bpchar", -1)
+XML = PgType(142, "xml", -1)
+INET = PgType(869, "inet", -1)
+CIDR = PgType(650, "cidr", -1)
+MACADDR = PgType(829, "macaddr", 6)
+MONEY = PgType(790, "money", 8)
+BIT = PgType(1560, "bit", -1)
+VARBIT = PgType(1562, "varbit", -1)
+# Vectors: arrays subscripted from 0 whose text form is space-separated (pg_index.indkey,
+# pg_proc.proargtypes); their binary form is the array's.
+INT2VECTOR = PgType(22, "int2vector", -1, element=INT2)
+OIDVECTOR = PgType(30, "oidvector", -1, element=OID)
+VECTOR_OIDS = frozenset({INT2VECTOR.oid, OIDVECTOR.oid})
 
 _ARRAY_OIDS = {
     16: 1000,
@@ -98,6 +125,16 @@ _ARRAY_OIDS = {
     1700: 1231,
     2950: 2951,
     3802: 3807,
+    18: 1002,
+    19: 1003,
+    1042: 1014,
+    142: 143,
+    869: 1041,
+    650: 651,
+    829: 1040,
+    790: 791,
+    1560: 1561,
+    1562: 1563,
 }
 
 BASE_TYPES: tuple[PgType, ...] = (
@@ -121,6 +158,16 @@ BASE_TYPES: tuple[PgType, ...] = (
     NUMERIC,
     UUID,
     JSONB,
+    CHAR,
+    NAME,
+    BPCHAR,
+    XML,
+    INET,
+    CIDR,
+    MACADDR,
+    MONEY,
+    BIT,
+    VARBIT,
 )
 
 _SQL_NAMES = {
@@ -135,6 +182,18 @@ _SQL_NAMES = {
     "timetz": "time with time zone",
     "timestamp": "timestamp without time zone",
     "timestamptz": "timestamp with time zone",
+    "bpchar": "character",
+    "varbit": "bit varying",
+    "char": '"char"',
+}
+# Types whose modifier is a precision, shown after the first word.
+_PRECISION_NAMES = {
+    "time": "time without time zone",
+    "timetz": "time with time zone",
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+    "bit": "bit",
+    "varbit": "bit varying",
 }
 
 
@@ -144,8 +203,28 @@ def array_of(element: PgType) -> PgType:
     return PgType(oid, "_" + base.name, -1, element.typmod, base)
 
 
-ALL_TYPES: tuple[PgType, ...] = BASE_TYPES + tuple(array_of(t) for t in BASE_TYPES)
+ALL_TYPES: tuple[PgType, ...] = (
+    BASE_TYPES + tuple(array_of(t) for t in BASE_TYPES) + (INT2VECTOR, OIDVECTOR)
+)
 BY_OID: dict[int, PgType] = {t.oid: t for t in ALL_TYPES}
+
+
+def declared_type(type_oid: int, typmod: int, duckdb_type: str) -> PgType | None:
+    """The Postgres type a client should see for a column the source declares as
+    (`type_oid`, `typmod`) and DuckDB reads as `duckdb_type`; None when it is not a
+    built-in type known here or the lake holds the column in a type of its own (the
+    stored type is then what clients see)."""
+    declared = BY_OID.get(type_oid)
+    if declared is None or declared.oid in VECTOR_OIDS:
+        return None
+    stored = pg_type_for_duckdb(duckdb_type)
+    if stored.oid == declared.oid:
+        return declared.with_typmod(typmod if typmod >= 0 else stored.typmod)
+    if stored.oid == TEXT.oid and stored.element is None:
+        typed = declared.with_typmod(typmod)
+        return PgType(typed.oid, typed.name, typed.typlen, typed.typmod, typed.element, True)
+    return None
+
 
 _SIMPLE = {
     "BOOLEAN": BOOL,
@@ -592,11 +671,15 @@ def _list_column(array: pa.Array, pg_type: PgType, tz: str) -> Encoded:
     offsets = array.offsets.to_pylist()
     valid = array.is_valid().to_pylist()
     out: Encoded = []
+    vector = pg_type.oid in VECTOR_OIDS
     for i, ok in enumerate(valid):
         if not ok:
             out.append(None)
             continue
         items = inner[offsets[i] - offsets[0] : offsets[i + 1] - offsets[0]]
+        if vector:  # int2vector, oidvector: "1 2"
+            out.append(b" ".join(b"0" if item is None else item for item in items))
+            continue
         rendered = [
             b"NULL" if item is None else (item if is_nested else _quote_array_item(item))
             for item in items

@@ -19,9 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pglast import ast, enums
-from pglast.stream import RawStream
 
-from streambed.server import catalog, extract, numeric
+from streambed.server import (
+    catalog,
+    extract,
+    keywords,
+    numeric,
+    rewrite_tools,
+    select_list,
+    vectors,
+)
+from streambed.server.keywords import QuotingStream
 from streambed.server.numeric import SUM_MACRO
 from streambed.server.timetravel import FUNCTIONS as TT_FUNCTIONS
 from streambed.server.timetravel import TimeTravelError, split_table_name
@@ -77,6 +85,8 @@ class SessionValues:
     time_travel: Callable[[str, str, Any], tuple[str, int]] | None = None
     params: tuple[Any, ...] = ()
     settings: Mapping[str, str] = field(default_factory=dict)  # SHOW-able, lowercase names
+    # set_config(name, value, is_local) -> the value set (validated like SET)
+    set_setting: Callable[[str, str, bool], str] | None = None
 
 
 def _strings(names: Any) -> list[str]:
@@ -112,7 +122,9 @@ def needs_rewrite(stmt: ast.Node) -> bool:
         nonlocal found
         if found:
             return
-        if isinstance(node, ast.RangeVar):
+        if keywords.names_keyword(node) or rewrite_tools.is_bare_null(node):
+            found = True  # printed quoted; typed text
+        elif isinstance(node, ast.RangeVar):
             found = _is_catalog_range(node)
         elif isinstance(node, ast.FuncCall):
             names = _strings(node.funcname)
@@ -121,6 +133,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
                 or names[-1] in catalog.COMPAT_FUNCTIONS
                 or names[-1] in catalog.SESSION_FUNCTIONS
                 or names[-1] == "_pg_expandarray"
+                or (names[-1] in TOOL_FUNCTIONS and names[:-1] in ([], ["pg_catalog"]))
                 or _is_sum(node)
                 or numeric.is_avg(node)
                 or names[-1] in ("extract", "date_part")
@@ -132,6 +145,10 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             found = found or _like_escape(node) is not None
         elif isinstance(node, ast.CollateClause):
             found = True
+        elif isinstance(node, ast.A_Indirection):
+            found = vectors.is_vector_subscript(node)
+        elif isinstance(node, ast.ResTarget):
+            found = select_list.is_series_target(node)
         elif isinstance(node, ast.SQLValueFunction):
             found = node.op in _USER_FUNCS or node.op in (
                 enums.SQLValueFunctionOp.SVFOP_CURRENT_CATALOG,
@@ -143,6 +160,7 @@ def needs_rewrite(stmt: ast.Node) -> bool:
             found = found or (names[-1] in ("numeric", "decimal") and not node.typmods)
         elif isinstance(node, ast.RangeFunction):
             found = _time_travel_call(node) is not None
+            found = found or rewrite_tools.scalar_in_from(node) is not None
         elif isinstance(node, ast.ColumnRef):
             fields = node.fields or ()
             found = (
@@ -153,6 +171,9 @@ def needs_rewrite(stmt: ast.Node) -> bool:
 
     _walk(stmt, visit)
     return found
+
+
+TOOL_FUNCTIONS = frozenset({"format", "set_config", "pg_show_all_settings"})
 
 
 def _is_sum(node: ast.FuncCall) -> bool:
@@ -279,6 +300,8 @@ class _Rewriter:
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
         self.text_items = text_items  # ids of avg/division nodes sent as numeric text
         self.exact_numeric = True  # avg(), division, ::numeric as Postgres types them
+        self.shifted: set[int] = set()  # vector subscripts already counted from 1
+        self.set_arms: set[int] = set()  # SELECTs that are arms of a UNION/INTERSECT/EXCEPT
 
     def transform(self, node: Any) -> Any:
         if isinstance(node, tuple):
@@ -297,7 +320,22 @@ class _Rewriter:
         return node
 
     def replace(self, node: ast.Node) -> Any:
+        if select_list.is_series_target(node):
+            assert isinstance(node, ast.ResTarget)
+            return select_list.unnest_series(node)
+        if vectors.is_vector_subscript(node) and id(node) not in self.shifted:
+            self.shifted.add(id(node))
+            assert isinstance(node, ast.A_Indirection)
+            return vectors.shift_subscripts(node)
+        if isinstance(node, ast.SelectStmt):
+            self.type_bare_nulls(node)
         if isinstance(node, ast.RangeVar) and _is_catalog_range(node):
+            if node.relname in rewrite_tools.SESSION_RELATIONS:
+                # pg_settings, pg_database: the session's values
+                relation = rewrite_tools.session_relation(
+                    node.relname, self.session.settings, self.session.database
+                )
+                return rewrite_tools.relation_call(node, relation)
             target = catalog.SCHEMA
             if node.schemaname == "information_schema":
                 target = catalog.INFO_SCHEMA
@@ -317,10 +355,26 @@ class _Rewriter:
             return node
         if isinstance(node, ast.CollateClause):
             return self.transform(node.arg)
+        if (
+            isinstance(node, ast.ResTarget)
+            and node.name is None
+            and isinstance(node.val, ast.FuncCall | ast.SQLValueFunction)
+        ):
+            # a call replaced by a constant keeps its Postgres name (in subqueries too)
+            node.name = _figure_colname(node.val)
+            return node
         if isinstance(node, ast.RangeFunction):
             call = _time_travel_call(node)
             if call is not None:
                 return self.replace_time_travel(node, call)
+            scalar = rewrite_tools.scalar_in_from(node)
+            if scalar is not None:
+                # a function of one value in FROM: DuckDB reads FROM f() as a table function
+                scalar_call, column = scalar
+                return rewrite_tools.as_subquery(node, self.transform(scalar_call), column)
+            settings = self.settings_function(node)
+            if settings is not None:
+                return settings
             alias = node.alias
             if alias is not None and not alias.colnames and len(node.functions or ()) == 1:
                 # Postgres: a scalar function in FROM aliased `s` is also its column `s`
@@ -373,6 +427,40 @@ class _Rewriter:
             return self.replace_cast(node)
         return node
 
+    def type_bare_nulls(self, node: ast.SelectStmt) -> None:
+        """`SELECT NULL AS x` is text in Postgres (DuckDB: integer), except in a set
+        operation's arms, whose types the other arms decide."""
+        if node.op != enums.SetOperation.SETOP_NONE:
+            self.set_arms.update({id(node.larg), id(node.rarg)})
+            return
+        if id(node) in self.set_arms:
+            return
+        for target in node.targetList or ():
+            if rewrite_tools.is_bare_null(target):
+                target.val = rewrite_tools.text(None)
+                target.name = target.name or "?column?"
+
+    def settings_function(self, node: ast.RangeFunction) -> ast.RangeFunction | None:
+        """`FROM pg_show_all_settings()`: the rows of pg_settings."""
+        functions = node.functions or ()
+        item = functions[0] if len(functions) == 1 else None
+        call = item[0] if isinstance(item, tuple) else item
+        if not isinstance(call, ast.FuncCall) or call.args:
+            return None
+        if _strings(call.funcname)[-1:] != ["pg_show_all_settings"]:
+            return None
+        node.functions = ((rewrite_tools.settings_call(self.session.settings), None),)
+        if node.alias is None:
+            node.alias = ast.Alias(aliasname="pg_show_all_settings")
+        return node
+
+    def value_of(self, node: Any) -> Any:
+        """The value of a constant or $n argument (raises TimeTravelError if not one)."""
+        inner = node.arg if isinstance(node, ast.TypeCast) else node
+        if isinstance(inner, ast.A_Const) and isinstance(inner.val, ast.Boolean):
+            return inner.val.boolval
+        return _constant_value(node, self.session.params)
+
     def replace_time_travel(self, node: ast.RangeFunction, call: ast.FuncCall) -> Any:
         function = _strings(call.funcname)[1]
         args = list(call.args or ())
@@ -402,9 +490,12 @@ class _Rewriter:
         names = _strings(node.funcname)
         name = names[-1]
         args = list(self.transform(node.args or ()))
-        constant = self.session_function(name, args)
-        if constant is not None:
-            return constant
+        if names[:-1] in ([], ["pg_catalog"]):
+            constant = self.session_function(name, args)
+            if constant is not None:
+                return constant
+        if name == "format" and names[:-1] in ([], ["pg_catalog"]) and not node.over:
+            return rewrite_tools.format_call(args, self.value_of)
         if name == "_pg_expandarray" and len(args) == 1:
             # information_schema._pg_expandarray(arr): a set of (x, n), as pgjdbc's
             # getPrimaryKeys uses it in the select list
@@ -460,20 +551,23 @@ class _Rewriter:
         if name in ("current_user", "session_user", "user") and not args:
             return _const(session.user)
         if name == "current_schemas":
-            items = tuple(_const(s) for s in session.search_path)
+            # current_schemas(true) includes the implicit pg_catalog, searched first
+            implicit = not (
+                args
+                and isinstance(args[0], ast.A_Const)
+                and isinstance(args[0].val, ast.Boolean)
+                and not args[0].val.boolval
+            )
+            path = [s for s in session.search_path if s != "pg_catalog"]
+            items = tuple(_const(s) for s in (["pg_catalog"] if implicit else []) + path)
             return ast.A_ArrayExpr(elements=items)
         if name == "pg_backend_pid" and not args:
             return _const(0)
-        if name == "current_setting" and args:
-            # the session's Postgres settings, not DuckDB's (a CASE keeps a $n argument)
-            return ast.CaseExpr(
-                arg=_func("lower", [args[0]], schema=None),
-                args=tuple(
-                    ast.CaseWhen(expr=_const(key), result=_const(value))
-                    for key, value in sorted(session.settings.items())
-                ),
-                defresult=_const(None),
-            )
+        if name == "current_setting":
+            # the session's Postgres settings, never DuckDB's
+            return rewrite_tools.current_setting(args, session.settings, self.value_of)
+        if name == "set_config":
+            return rewrite_tools.set_config(args, session.set_setting, self.value_of)
         return None
 
     def replace_cast(self, node: ast.TypeCast) -> Any:
@@ -536,13 +630,25 @@ def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) 
     rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
     rewriter.exact_numeric = exact_numeric
     rewritten = rewriter.transform(stmt)
-    text: str = RawStream()(rewritten)
+    text: str = QuotingStream()(rewritten)  # quotes names DuckDB reads as keywords
     return text
 
 
 # ---- column names ----------------------------------------------------------------------
 
 _TYPE_COLNAMES = {"int4": "int4", "int8": "int8", "int2": "int2", "bool": "bool"}
+
+
+def _strong_name(node: Any) -> bool:
+    """Whether Postgres's FigureColname names `node` with strength 2 (not a type name,
+    `case` or `?column?`)."""
+    if isinstance(node, ast.TypeCast):
+        return _strong_name(node.arg)
+    if isinstance(node, ast.CaseExpr):
+        return node.defresult is not None and _strong_name(node.defresult)
+    if isinstance(node, ast.A_Indirection):
+        return _figure_colname(node) is not None
+    return _figure_colname(node) is not None
 
 
 def _figure_colname(node: Any) -> str | None:
@@ -559,11 +665,14 @@ def _figure_colname(node: Any) -> str | None:
         return _strings(node.funcname)[-1]
     if isinstance(node, ast.TypeCast):
         inner = _figure_colname(node.arg)
-        if inner is not None:
+        if inner is not None and _strong_name(node.arg):
             return inner
         names = _strings(node.typeName.names if node.typeName else ())
         return names[-1] if names else None
     if isinstance(node, ast.CaseExpr):
+        # the ELSE result's name when that is a column's or a function's, as Postgres does
+        if node.defresult is not None and _strong_name(node.defresult):
+            return _figure_colname(node.defresult)
         return "case"
     if isinstance(node, ast.A_ArrayExpr):
         return "array"

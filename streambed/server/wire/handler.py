@@ -21,7 +21,7 @@ import contextlib
 import enum
 import logging
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 SERVER_VERSION = "15.6 (streambed)"
 SERVER_VERSION_NUM = "150006"
 BATCH_ROWS_HINT = 10_000
+TOO_MANY_CLIENTS = "sorry, too many clients already"  # 53300, Postgres' words
 
 
 # ---- what the handler needs from the database layer -------------------------------------
@@ -135,6 +136,18 @@ class Prepared:
     param_oids: tuple[int, ...]
     # Result columns computed by Describe (without running the statement), reused.
     described: list[results.ColumnSpec] | None = None
+    placeholders: int = 0  # highest $n in sql
+
+
+def _used(statement: Prepared, values: list[params.ParamValue]) -> list[params.ParamValue]:
+    """The parameters the statement uses. Postgres accepts values for declared parameters a
+    statement never refers to ($1 used, 40000 declared); DuckDB refuses them, so only those
+    up to the highest $n go to the database (a statement without $n, but with DuckDB's `?`,
+    keeps them all)."""
+    n = statement.placeholders
+    if len(values) > n and (n or "?" not in statement.sql):
+        return values[:n]
+    return values
 
 
 @dataclass
@@ -150,11 +163,31 @@ class Portal:
     done: bool = False
 
 
+MAX_COLUMNS = 1664  # Postgres' limit on the columns of a result
+
+
 def _pg_type(column: Column) -> pgtypes.PgType:
+    own = getattr(column, "pg_type", None)  # the database's own account, when it gives one
+    if isinstance(own, pgtypes.PgType) and own.oid == column.type_oid:
+        return own
     base = pgtypes.BY_OID.get(column.type_oid)
     if base is None:
         base = pgtypes.PgType(column.type_oid, column.type_name, -1)
     return base.with_typmod(column.typmod)
+
+
+def _specs(
+    columns: Sequence[Column], result_formats: Sequence[int] = ()
+) -> list[results.ColumnSpec]:
+    """RowDescription entries: types, formats, and for a column taken straight from a
+    table, that table's OID and the column's number (0 otherwise). More columns than
+    Postgres allows is 54011 (a RowDescription could not even count past 32767)."""
+    if len(columns) > MAX_COLUMNS:
+        raise SqlError("54011", f"target lists can have at most {MAX_COLUMNS} entries")
+    origins = [
+        (int(getattr(c, "table_oid", 0)), int(getattr(c, "column_number", 0))) for c in columns
+    ]
+    return results.column_specs([(c.name, _pg_type(c)) for c in columns], result_formats, origins)
 
 
 # Startup parameters a client may set, applied with SET (pgjdbc sends TimeZone, psql
@@ -172,9 +205,13 @@ class ConnectionHandler:
         *,
         process_id: int,
         secret_key: int,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
         self._database = database
         self._users = users
+        # Asked once authentication has succeeded, before the session opens: False means no
+        # session slot is free (53300). None admits everyone.
+        self._admit = admit
         self.process_id = process_id
         self.secret_key = secret_key
         self.state = State.STARTUP
@@ -215,6 +252,9 @@ class ConnectionHandler:
         return [messages.authentication_sasl([MECHANISM])]
 
     def _authenticated(self) -> list[bytes]:
+        if self._admit is not None and not self._admit():
+            self.state = State.CLOSED
+            return [messages.error_response("53300", TOO_MANY_CLIENTS, severity="FATAL")]
         try:
             session = self._database.session(
                 self.user, self._startup_parameters.get("database") or None
@@ -269,7 +309,8 @@ class ConnectionHandler:
             return self._auth_failed()
         self._scram = None
         final = messages.authentication(messages.AUTH_SASL_FINAL, server_final)
-        return [final, *self._authenticated()]
+        rest = self._authenticated()
+        return rest if self.closed else [final, *rest]
 
     # ---- message dispatch ----------------------------------------------------------------
 
@@ -373,7 +414,9 @@ class ConnectionHandler:
             raise SqlError("42P05", f'prepared statement "{msg.statement}" already exists')
         if len(statements.split(msg.sql)) > 1:
             raise SqlError("42601", "cannot insert multiple commands into a prepared statement")
-        self._statements[msg.statement] = Prepared(msg.sql, msg.param_oids)
+        self._statements[msg.statement] = Prepared(
+            msg.sql, msg.param_oids, placeholders=statements.placeholder_count(msg.sql)
+        )
         return messages.parse_complete()
 
     def _bind(self, msg: messages.Bind) -> bytes:
@@ -402,7 +445,7 @@ class ConnectionHandler:
                 # cursors describe it before fetching)
                 declared = self._require_session().cursor_columns(msg.name)
                 if declared is not None:
-                    specs = results.column_specs([(c.name, _pg_type(c)) for c in declared], ())
+                    specs = _specs(declared, ())
                     yield results.row_description(specs) if specs else messages.no_data()
                     return
             portal = self._portal(msg.name)
@@ -418,15 +461,24 @@ class ConnectionHandler:
         # Unspecified parameter types are described as text: clients then send text, which
         # DuckDB casts from the parameter's usage.
         oids = [oid or params.TEXT for oid in statement.param_oids]
-        oids += [params.TEXT] * (statements.placeholder_count(statement.sql) - len(oids))
+        oids += [params.TEXT] * (statement.placeholders - len(oids))
+        if len(oids) > messages.MAX_PARAMETERS:
+            raise SqlError(
+                "54000",
+                f"statement has {len(oids)} parameters; the protocol allows at most "
+                f"{messages.MAX_PARAMETERS}",
+            )
         yield messages.parameter_description(oids)
         if statement.described is None:
             with self._guard():
                 try:
-                    columns = self._require_session().describe(statement.sql, [None] * len(oids))
+                    unknown: list[params.ParamValue] = [None] * len(oids)
+                    columns = self._require_session().describe(
+                        statement.sql, _used(statement, unknown)
+                    )
                 except Exception as e:
                     raise self._stopped(e) from e
-            statement.described = results.column_specs([(c.name, _pg_type(c)) for c in columns], ())
+            statement.described = _specs(columns, ())
         described = statement.described
         yield results.row_description(described) if described else messages.no_data()
 
@@ -456,11 +508,13 @@ class ConnectionHandler:
             portal.done = True
             return
         with self._guard():
-            result = self._run(sql, portal.values)
+            result = self._run(sql, _used(portal.statement, portal.values))
         portal.result = result
-        portal.columns = results.column_specs(
-            [(c.name, _pg_type(c)) for c in result.columns], portal.result_formats
-        )
+        try:
+            portal.columns = _specs(result.columns, portal.result_formats)
+        except SqlError:
+            portal.done = True
+            raise
         if portal.columns:
             portal.encoder = results.BatchEncoder(portal.columns, self._require_session().timezone)
             portal.batches = iter(result)

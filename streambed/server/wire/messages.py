@@ -57,6 +57,7 @@ AUTH_SASL_CONTINUE = 11
 AUTH_SASL_FINAL = 12
 
 _I16 = struct.Struct("!h")
+_U16 = struct.Struct("!H")
 _I32 = struct.Struct("!i")
 _U32 = struct.Struct("!I")
 _HEADER = struct.Struct("!ci")
@@ -131,12 +132,13 @@ class Reader:
         self._pos = len(self._data)
         return value
 
-    def count(self, what: str) -> int:
-        """An int16 count that cannot be negative."""
-        n = self.int16()
-        if n < 0:
-            raise ProtocolViolation(f"invalid {self._what} message: negative {what} count")
-        return n
+    def count(self) -> int:
+        """A count of parameters or format codes: unsigned 16 bits (0..65535), as Postgres
+        reads it."""
+        self._need(2)
+        (value,) = _U16.unpack_from(self._data, self._pos)
+        self._pos += 2
+        return int(value)
 
     def done(self) -> None:
         if self._pos != len(self._data):
@@ -270,7 +272,7 @@ FrontendMessage = (
 
 
 def _format_codes(r: Reader, what: str) -> tuple[int, ...]:
-    codes = tuple(r.int16() for _ in range(r.count(what)))
+    codes = tuple(r.int16() for _ in range(r.count()))
     if any(code not in (0, 1) for code in codes):
         raise ProtocolViolation(f"invalid {what}: format codes must be 0 (text) or 1 (binary)")
     return codes
@@ -293,7 +295,7 @@ def parse_frontend(type_code: bytes, body: bytes) -> FrontendMessage:
     if type_code == PARSE:
         r = Reader(body, "Parse")
         name, sql = r.cstring(), r.cstring()
-        oids = tuple(r.uint32() for _ in range(r.count("parameter type")))
+        oids = tuple(r.uint32() for _ in range(r.count()))
         r.done()
         return Parse(name, sql, oids)
     if type_code == BIND:
@@ -301,7 +303,7 @@ def parse_frontend(type_code: bytes, body: bytes) -> FrontendMessage:
         portal, statement = r.cstring(), r.cstring()
         param_formats = _format_codes(r, "parameter format")
         values: list[bytes | None] = []
-        for _ in range(r.count("parameter")):
+        for _ in range(r.count()):
             n = r.int32()
             if n < -1:
                 raise ProtocolViolation("invalid Bind message: negative parameter length")
@@ -413,10 +415,14 @@ def portal_suspended() -> bytes:
     return message(PORTAL_SUSPENDED)
 
 
+MAX_PARAMETERS = 65535  # a parameter count on the wire is an unsigned 16-bit number
+
+
 def parameter_description(oids: Iterable[int]) -> bytes:
+    """ParameterDescription; the caller keeps the count within MAX_PARAMETERS."""
     oid_list = list(oids)
     return message(
-        PARAMETER_DESCRIPTION, _I16.pack(len(oid_list)) + b"".join(_U32.pack(o) for o in oid_list)
+        PARAMETER_DESCRIPTION, _U16.pack(len(oid_list)) + b"".join(_U32.pack(o) for o in oid_list)
     )
 
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streambed.server import pgtypes
+from streambed.server.pgarray import NotOneDimensional, parse_array
 from streambed.server.wire import messages
 
 _I32 = struct.Struct("!i")
@@ -49,6 +50,8 @@ class ColumnSpec:
     typlen: int
     format: int  # 0 text, 1 binary (only if a binary encoder exists for the type)
     pg_type: pgtypes.PgType
+    table_oid: int = 0  # the table a column is taken straight from, and its number there
+    column_number: int = 0
 
 
 def _prefixed(values: Sequence[bytes | None]) -> Fields:
@@ -379,10 +382,62 @@ _FIXED: dict[int, BinaryEncoder] = {
 }
 
 
+# Element types whose binary form is built from their text (arrays stored as text).
+_FROM_TEXT: dict[int, pa.DataType | None] = {
+    pgtypes.INT2.oid: pa.int16(),
+    pgtypes.INT4.oid: pa.int32(),
+    pgtypes.INT8.oid: pa.int64(),
+    pgtypes.OID.oid: pa.uint32(),
+    pgtypes.FLOAT4.oid: pa.float32(),
+    pgtypes.FLOAT8.oid: pa.float64(),
+    pgtypes.BOOL.oid: pa.bool_(),
+    pgtypes.NUMERIC.oid: None,
+    pgtypes.UUID.oid: None,
+    pgtypes.JSONB.oid: None,
+    **dict.fromkeys(TEXT_LIKE_OIDS),
+}
+
+
+def _text_array(element_type: pgtypes.PgType, element: BinaryEncoder) -> BinaryEncoder:
+    """Arrays held as their Postgres text: parsed, then sent as `_array` sends lists."""
+    arrow_type = _FROM_TEXT[element_type.oid]
+    lists = _array(element_type.oid, element)
+
+    def encode(array: pa.Array) -> Fields:
+        try:
+            parsed = [None if v is None else parse_array(v) for v in array.to_pylist()]
+        except NotOneDimensional as e:
+            raise UnsupportedBinary(
+                "binary format is not supported for multi-dimensional arrays; request text"
+            ) from e
+        values = pa.array(parsed, pa.list_(pa.string()))
+        if arrow_type is not None:
+            flat = values.flatten()
+            boolean = arrow_type == pa.bool_()
+            typed = pc.equal(flat, "t") if boolean else pc.cast(flat, arrow_type)
+            values = pa.ListArray.from_arrays(values.offsets, typed, mask=values.is_null())
+        return lists(values)
+
+    return encode
+
+
 def binary_encoder(pg_type: pgtypes.PgType, timezone: str = "UTC") -> BinaryEncoder | None:
     """The binary encoder for a column type, or None when binary is not supported for it
-    (timetz, arrays of such types)."""
+    (timetz, arrays of such types, declared types stored as text other than arrays of
+    numbers, booleans and strings, uuid, numeric, json/jsonb and text types)."""
     oid = pg_type.oid
+    if pg_type.stored_as_text:
+        plain = pgtypes.BY_OID.get(oid)
+        if plain is None:
+            return None
+        if plain.element is not None:
+            if plain.element.oid not in _FROM_TEXT:
+                return None
+            element = binary_encoder(plain.element, timezone)
+            return None if element is None else _text_array(plain.element, element)
+        if oid not in _FROM_TEXT or _FROM_TEXT[oid] is not None:
+            return None
+        return binary_encoder(plain, timezone)
     if pg_type.element is not None:
         element = binary_encoder(pg_type.element, timezone)
         return _array(pg_type.element.oid, element) if element is not None else None
@@ -435,7 +490,9 @@ class BatchEncoder:
 
 
 def column_specs(
-    columns: Sequence[tuple[str, pgtypes.PgType]], result_formats: Sequence[int]
+    columns: Sequence[tuple[str, pgtypes.PgType]],
+    result_formats: Sequence[int],
+    origins: Sequence[tuple[int, int]] = (),
 ) -> list[ColumnSpec]:
     """Columns with their wire format: no codes means all text, one applies to all, else one
     per column. If a column asked for in binary has no binary encoder, every column is sent
@@ -458,8 +515,9 @@ def column_specs(
             pg_type.typlen,
             fmt if binary_possible else 0,
             pg_type,
+            *(origins[i] if i < len(origins) else (0, 0)),
         )
-        for (name, pg_type), fmt in zip(columns, wanted, strict=True)
+        for i, ((name, pg_type), fmt) in enumerate(zip(columns, wanted, strict=True))
     ]
 
 
@@ -467,5 +525,9 @@ def row_description(columns: Sequence[ColumnSpec]) -> bytes:
     parts = [struct.pack("!h", len(columns))]
     for c in columns:
         parts.append(messages.cstr(c.name))
-        parts.append(struct.pack("!ihihih", 0, 0, c.type_oid, c.typlen, c.typmod, c.format))
+        parts.append(
+            struct.pack(
+                "!ihihih", c.table_oid, c.column_number, c.type_oid, c.typlen, c.typmod, c.format
+            )
+        )
     return messages.message(messages.ROW_DESCRIPTION, b"".join(parts))

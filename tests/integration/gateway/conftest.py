@@ -21,7 +21,9 @@ pytestmark = pytest.mark.integration
 
 SCHEMA = """
 CREATE SCHEMA shop;
-CREATE TABLE shop.customers (id int PRIMARY KEY, name text, country text, joined date);
+CREATE TABLE shop.customers (
+    id int PRIMARY KEY, name text NOT NULL, country varchar(2), joined date
+);
 CREATE TABLE shop.orders (
     id bigint PRIMARY KEY, customer_id int, amount numeric(12,2), discount numeric(5,3),
     weight double precision, status text, placed_at timestamptz, shipped_at timestamp

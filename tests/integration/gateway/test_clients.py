@@ -4,6 +4,7 @@ query port over a real lake."""
 from __future__ import annotations
 
 import pandas as pd
+import psycopg
 import pytest
 import sqlalchemy
 
@@ -74,3 +75,23 @@ def test_sqlalchemy_inspector(loaded: Gateway) -> None:
         assert [r.id for r in rows] == [1, 2, 3]
     finally:
         engine.dispose()
+
+
+def test_declared_types_and_not_null_reach_both_servers(loaded: Gateway) -> None:
+    """The source's declared types and NOT NULL, recorded with the lake table by `streambed
+    run`, as `streambed run`'s query port and a `streambed serve` in another process show
+    them: as the source does."""
+    sql = (
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull "
+        "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = 'shop' AND c.relname = 'customers' AND a.attnum > 0 "
+        "ORDER BY a.attnum"
+    )
+    with psycopg.connect(loaded.source_url) as source:
+        expected = source.execute(sql).fetchall()
+    assert ("country", "character varying(2)", False) in expected
+    assert ("name", "text", True) in expected
+    for port in (loaded.run_port, loaded.serve_port):
+        with psycopg.connect(loaded.conninfo(port)) as lake:
+            assert lake.execute(sql).fetchall() == expected

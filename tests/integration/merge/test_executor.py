@@ -1,4 +1,5 @@
-"""SparkMerger against real Spark on a local directory, through both I/O paths."""
+"""The mergers on a local directory: SparkMerger on real Spark through both I/O paths, and
+ArrowMerger in this process, against the same expectations."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import pytest
 
 from streambed.errors import Kind, StreambedError
 from streambed.merge import plan_merge
+from streambed.merge.arrow_merger import ArrowMerger
+from streambed.merge.contract import Merger
 from streambed.merge.executor import IoMode, SparkMerger
 from tests.fixtures.spark import PANDAS_WARNING
 
@@ -79,10 +82,14 @@ def rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 IO: list[IoMode] = ["spark", "pyarrow"]
+IN_PROCESS = "in-process"
 
 
-@pytest.fixture(params=IO)
-def merger(request: pytest.FixtureRequest, spark: SparkSession) -> SparkMerger:
+@pytest.fixture(params=[*IO, IN_PROCESS])
+def merger(request: pytest.FixtureRequest) -> Merger:
+    if request.param == IN_PROCESS:
+        return ArrowMerger()  # no Spark session for it
+    spark: SparkSession = request.getfixturevalue("spark")
     return SparkMerger(spark, io=request.param)
 
 
@@ -102,7 +109,7 @@ def simple_table(ids: range) -> pa.Table:
     )
 
 
-def test_update_delete_insert(merger: SparkMerger, tmp_path: Path) -> None:
+def test_update_delete_insert(merger: Merger, tmp_path: Path) -> None:
     files = write_files(tmp_path / "data", simple_table(range(100)), ["id"], 25)
     removed = [(3,), (7,), (60,)]  # 3 updated, 7 and 60 deleted
     new = pa.table({"id": [3, 1000], "name": ["three", "new"], "n": [1, 2]}, schema=SCHEMA)
@@ -130,7 +137,7 @@ def test_update_delete_insert(merger: SparkMerger, tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path / "out")) == sorted(os.path.basename(p) for p in out)
 
 
-def test_composite_text_keys(merger: SparkMerger, tmp_path: Path) -> None:
+def test_composite_text_keys(merger: Merger, tmp_path: Path) -> None:
     schema = pa.schema(
         [
             field("tenant", pa.string(), 1, nullable=False),
@@ -170,9 +177,7 @@ def test_composite_text_keys(merger: SparkMerger, tmp_path: Path) -> None:
     assert bodies[("bolt", 2)] == "changed"
 
 
-def test_full_row_identity_removes_one_row_per_occurrence(
-    merger: SparkMerger, tmp_path: Path
-) -> None:
+def test_full_row_identity_removes_one_row_per_occurrence(merger: Merger, tmp_path: Path) -> None:
     schema = pa.schema([field("a", pa.int64(), 1), field("b", pa.string(), 2)])
     table = pa.table(
         {"a": [1, 1, 1, 2, None, None, 3], "b": ["x", "x", "x", "y", None, None, None]},
@@ -197,7 +202,7 @@ def test_full_row_identity_removes_one_row_per_occurrence(
     )
 
 
-def test_unchanged_values_come_from_the_old_row(merger: SparkMerger, tmp_path: Path) -> None:
+def test_unchanged_values_come_from_the_old_row(merger: Merger, tmp_path: Path) -> None:
     files = write_files(tmp_path / "data", simple_table(range(20)), ["id"], 10)
     new = pa.table(
         {"id": [4, 15, 30], "name": ["ignored", "fifteen", "new"], "n": [40, 0, 3]},
@@ -224,7 +229,7 @@ def test_unchanged_values_come_from_the_old_row(merger: SparkMerger, tmp_path: P
     assert got[30] == ("new", 3)
 
 
-def test_unchanged_value_without_old_row_fails(merger: SparkMerger, tmp_path: Path) -> None:
+def test_unchanged_value_without_old_row_fails(merger: Merger, tmp_path: Path) -> None:
     files = write_files(tmp_path / "data", simple_table(range(20)), ["id"], 10)
     plan = plan_merge(files, [(4,)], truncated=False)
     with pytest.raises(StreambedError) as info:
@@ -242,7 +247,7 @@ def test_unchanged_value_without_old_row_fails(merger: SparkMerger, tmp_path: Pa
     assert not list((tmp_path / "out").glob("*.parquet"))
 
 
-def test_truncate_writes_only_new_rows(merger: SparkMerger, tmp_path: Path) -> None:
+def test_truncate_writes_only_new_rows(merger: Merger, tmp_path: Path) -> None:
     files = write_files(tmp_path / "data", simple_table(range(20)), ["id"], 10)
     plan = plan_merge(files, [(4,)], truncated=True)
     assert len(plan.drop) == 2 and not plan.rewrite
@@ -260,7 +265,7 @@ def test_truncate_writes_only_new_rows(merger: SparkMerger, tmp_path: Path) -> N
     assert empty == []
 
 
-def test_deleting_every_row_writes_no_file(merger: SparkMerger, tmp_path: Path) -> None:
+def test_deleting_every_row_writes_no_file(merger: Merger, tmp_path: Path) -> None:
     files = write_files(tmp_path / "data", simple_table(range(3)), ["id"], 10)
     plan = plan_merge(files, [(0,), (1,), (2,)], truncated=False)
     out = merger.execute(
@@ -276,7 +281,7 @@ def test_deleting_every_row_writes_no_file(merger: SparkMerger, tmp_path: Path) 
     assert out == []
 
 
-def test_types_are_preserved_exactly(merger: SparkMerger, tmp_path: Path) -> None:
+def test_types_are_preserved_exactly(merger: Merger, tmp_path: Path) -> None:
     schema = pa.schema(
         [
             field("id", pa.decimal128(38, 10), 1, nullable=False),
@@ -323,7 +328,7 @@ def test_types_are_preserved_exactly(merger: SparkMerger, tmp_path: Path) -> Non
     assert got.to_pylist() == expected.to_pylist()
 
 
-def test_columns_are_matched_by_field_id(merger: SparkMerger, tmp_path: Path) -> None:
+def test_columns_are_matched_by_field_id(merger: Merger, tmp_path: Path) -> None:
     """A renamed column is found by its id; a column added later reads as NULL."""
     old_schema = pa.schema([field("id", pa.int64(), 1, False), field("old_name", pa.string(), 2)])
     files = write_files(
@@ -358,9 +363,10 @@ def test_columns_are_matched_by_field_id(merger: SparkMerger, tmp_path: Path) ->
 def test_large_output_is_split_into_disjoint_sorted_files(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    for io in IO:
+    limits: dict[str, Any] = {"target_file_bytes": 100_000, "max_rows_per_file": 8_000}
+    mergers: list[tuple[str, Merger]] = [(io, SparkMerger(spark, io=io, **limits)) for io in IO]
+    for io, merger in [*mergers, (IN_PROCESS, ArrowMerger(**limits))]:
         files = write_files(tmp_path / io / "data", simple_table(range(50_000)), ["id"], 50_000)
-        merger = SparkMerger(spark, io=io, target_file_bytes=100_000, max_rows_per_file=8_000)
         out = merger.execute(
             plan_merge(files, [(10,)], truncated=False),
             rows=simple_table(range(60_000, 60_010)),

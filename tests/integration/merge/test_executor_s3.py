@@ -1,4 +1,5 @@
-"""SparkMerger with an S3 warehouse (SeaweedFS): reads and writes go through pyarrow's S3."""
+"""The mergers with an S3 warehouse (SeaweedFS): SparkMerger's reads and writes go through
+pyarrow's S3 in Spark's Python workers, ArrowMerger's through the lake's pyarrow S3 here."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from streambed.lake import storage
 from streambed.merge import plan_merge
+from streambed.merge.arrow_merger import ArrowMerger
+from streambed.merge.contract import Merger
 from streambed.merge.executor import SparkMerger
 from streambed.merge.pyarrow_source import filesystem
 from tests.fixtures.s3 import ThrowawayS3
@@ -22,7 +26,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings(PANDAS_WARNING)]
 
 
-def test_merge_on_s3(spark: SparkSession, s3_server: ThrowawayS3, s3_bucket: str) -> None:
+@pytest.mark.parametrize("where", ["spark", "in-process"])
+def test_merge_on_s3(
+    request: pytest.FixtureRequest, s3_server: ThrowawayS3, s3_bucket: str, where: str
+) -> None:
     options = {
         "s3.endpoint": s3_server.endpoint,
         "s3.region": s3_server.region,
@@ -40,7 +47,19 @@ def test_merge_on_s3(spark: SparkSession, s3_server: ThrowawayS3, s3_bucket: str
         files.append(File(uri, 10, len(buffer.getvalue()), ((ids[0], ids[-1]),)))
     plan = plan_merge(files, [(12,), (13,)], truncated=False)
     assert [f.path for f in plan.rewrite] == [files[1].path]
-    merger = SparkMerger(spark, options)
+    merger: Merger
+    if where == "spark":
+        spark: SparkSession = request.getfixturevalue("spark")
+        merger = SparkMerger(spark, options)
+    else:
+        merger = ArrowMerger(
+            {
+                storage.S3_ENDPOINT: s3_server.endpoint,
+                storage.S3_REGION: s3_server.region,
+                storage.S3_ACCESS_KEY_ID: s3_server.access_key,
+                storage.S3_SECRET_ACCESS_KEY: s3_server.secret_key,
+            }
+        )
     out = merger.execute(
         plan,
         rows=pa.table({"id": [12, 30], "name": ["twelve", "thirty"], "n": [0, 1]}, schema=SCHEMA),

@@ -73,7 +73,9 @@ REFUSED = [
     ("SELECT current_query()", "42501"),
     ("SELECT which_secret('s3://b/x', 's3')", "42501"),
     ("SELECT getenv('HOME')", "42501"),
-    ("SELECT set_config('search_path', 'x', false)", "42501"),
+    ("SELECT set_config('enable_external_access', 'true', false)", "42501"),
+    ("SELECT main.set_config('search_path', 'x', false)", "42883"),
+    ("SELECT current_setting('home_directory')", "42704"),  # the session's, not DuckDB's
     # SQL text the server never parsed
     ("SELECT * FROM \"query\"('select 42')", "42501"),
     ("SELECT * FROM main.query('select 42')", "42501"),
@@ -196,7 +198,8 @@ ALLOWED = [
     ("SELECT count(*) FROM json_each('{\"a\": 1, \"b\": 2}')", [(2,)]),
     ("SELECT count(*) FROM information_schema._pg_expandarray(ARRAY[5, 6])", None),
     ("SELECT format_type(23, -1), pg_catalog.pg_get_userbyid(10)", [("integer", "streambed")]),
-    ("SELECT current_setting('home_directory')", None),  # the session's settings, not DuckDB's
+    ("SELECT set_config('search_path', 'sales', false)", [("sales",)]),
+    ("SELECT count(*) FROM string_to_array('a,b', ',') AS s", [(1,)]),
     ("SELECT 'abc' ~ 'b', 'a' LIKE 'a!%' ESCAPE '!', TRIM('  x ')", [(True, False, "x")]),
     ("SELECT EXTRACT(year FROM DATE '2024-05-01')", None),
     ("WITH x AS (SELECT 1 AS a) SELECT * FROM x", [(1,)]),

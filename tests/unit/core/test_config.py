@@ -189,7 +189,11 @@ def test_an_empty_string_setting_is_kept_and_turns_the_query_server_off() -> Non
     ("name", "hint"),
     [
         ("STREAMBED_S3_BUCKT", "did you mean STREAMBED_S3_BUCKET?"),
-        ("STREAMBED_QUERY_PORT", "the STREAMBED_QUERY_* variables are STREAMBED_QUERY_LISTEN"),
+        (
+            "STREAMBED_QUERY_PORT",
+            "the STREAMBED_QUERY_* variables are STREAMBED_QUERY_AUTH_TIMEOUT, "
+            "STREAMBED_QUERY_LISTEN",
+        ),
         ("STREAMBED_NONSENSE", "is not a streambed variable (docs/configuration.md"),
     ],
 )

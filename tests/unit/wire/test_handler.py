@@ -464,7 +464,7 @@ def test_protocol(database: Database, stream: bytes, expected: list[Expect]) -> 
         _frame(b"Y", b""),  # unknown message type
         _frame(b"B", b"\x00\x00\x00"),  # truncated Bind
         _frame(b"Q", b"select 1"),  # unterminated string
-        _frame(b"P", _c("") + _c("select 1") + struct.pack("!h", -1)),  # negative count
+        _frame(b"P", _c("") + _c("select 1") + struct.pack("!h", -1)),  # 65535 types, none sent
         _frame(b"E", _c("") + b"\x00"),  # short int32
         _frame(b"D", b"X" + _c("")),  # bad describe target
         _frame(b"p", b"password"),  # password after authentication

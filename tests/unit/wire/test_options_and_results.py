@@ -54,10 +54,13 @@ def test_options_from_settings(tmp_path: Path) -> None:
         "STREAMBED_QUERY_MAX_CONNECTIONS": "7",
         "STREAMBED_QUERY_STATEMENT_TIMEOUT": "2.5",
         "STREAMBED_QUERY_MAX_MESSAGE_BYTES": "4096",
+        "STREAMBED_QUERY_MAX_PENDING_CONNECTIONS": "5",
+        "STREAMBED_QUERY_AUTH_TIMEOUT": "12.5",
     }
     options = _options(env)
     assert (options.host, options.port, options.tls) == ("0.0.0.0", 6543, TlsMode.ON)
     assert (options.max_connections, options.max_message_bytes) == (7, 4096)
+    assert (options.max_pending, options.auth_timeout) == (5, 12.5)
     assert len(options.user_store()) == 2
     assert "secret" not in repr(options)
     settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL, **env})
@@ -75,6 +78,14 @@ def test_options_from_settings(tmp_path: Path) -> None:
         ({"STREAMBED_QUERY_MAX_CONNECTIONS": "0"}, "must be at least 1"),
         ({"STREAMBED_QUERY_STATEMENT_TIMEOUT": "-1"}, "STREAMBED_QUERY_STATEMENT_TIMEOUT=-1"),
         ({"STREAMBED_QUERY_MAX_MESSAGE_BYTES": "10"}, "at least 1024"),
+        (
+            {"STREAMBED_QUERY_MAX_PENDING_CONNECTIONS": "0"},
+            "STREAMBED_QUERY_MAX_PENDING_CONNECTIONS=0 must be at least 1",
+        ),
+        ({"STREAMBED_QUERY_AUTH_TIMEOUT": "0"}, "STREAMBED_QUERY_AUTH_TIMEOUT=0.0 must be between"),
+        ({"STREAMBED_QUERY_AUTH_TIMEOUT": "601"}, "between 1 and 600 seconds"),
+        ({"STREAMBED_QUERY_AUTH_TIMEOUT": "nan"}, "between 1 and 600 seconds"),
+        ({"STREAMBED_QUERY_AUTH_TIMEOUT": "soon"}, "STREAMBED_QUERY_AUTH_TIMEOUT='soon'"),
         ({"STREAMBED_QUERY_LISTEN": "nohost"}, "host:port"),
         ({"STREAMBED_QUERY_USERS_FILE": "/nonexistent"}, "no such file"),
         ({"STREAMBED_QUERY_TLS_CERT": "/nonexistent"}, "set both"),
