@@ -268,6 +268,7 @@ def _type_rows() -> pa.Table:
     }
     for t in pgtypes.ALL_TYPES:
         element = t.element
+        is_array = element is not None and t.oid not in pgtypes.VECTOR_OIDS
         collatable = (element or t).oid in (25, 1043)
         category = "A" if element else _CATEGORY.get(t.name, "U")
         values: dict[str, object] = {
@@ -290,10 +291,11 @@ def _type_rows() -> pa.Table:
             "typcollation": 100 if collatable else 0,
             "typnotnull": False,
             # regproc columns: oids of pg_proc rows (catalog_tools)
-            "typinput": proc("array_in" if element else t.name + "in"),
-            "typoutput": proc("array_out" if element else t.name + "out"),
-            "typreceive": proc("array_recv" if element else t.name + "recv"),
-            "typsend": proc("array_send" if element else t.name + "send"),
+            # (int2vector and oidvector have elements but functions of their own)
+            "typinput": proc("array_in" if is_array else t.name + "in"),
+            "typoutput": proc("array_out" if is_array else t.name + "out"),
+            "typreceive": proc("array_recv" if is_array else t.name + "recv"),
+            "typsend": proc("array_send" if is_array else t.name + "send"),
             "typalign": "d" if t.typlen == 8 else "i",
             "typstorage": "p" if t.typlen > 0 else "x",
             "typdefault": None,
