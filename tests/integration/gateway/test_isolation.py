@@ -184,6 +184,52 @@ def test_a_crashed_query_process_is_restarted_while_replication_goes_on(
     wait_until(lambda: lake_has(iso.conninfo, COUNT, before + 2), 30, "the next row", iso.run)
 
 
+# What a hostile or careless client sends (issue 39's list), each refused with an error
+HOSTILE = [
+    ("SELECT * FROM pandas_scan(NULL)", "42501"),  # segfaults a plain DuckDB
+    ("SELECT * FROM arrow_scan(NULL, NULL, NULL)", "42501"),
+    ("SELECT * FROM enable_logging(storage := 'memory')", "42501"),
+    ("SELECT message FROM duckdb_logs()", "42501"),
+    ("SELECT * FROM enable_profiling(save_location := '/tmp/x')", "42501"),
+    ("SELECT * FROM duckdb_settings()", "42501"),
+    ("SELECT * FROM duckdb_views()", "42501"),
+    ("FROM \"query\"('select 42')", "42601"),
+    ("SELECT * FROM \"query\"('select 42')", "42501"),
+    ("SELECT json_execute_serialized_sql('{}')", "42501"),
+    ("SELEC 1", "42601"),
+    ("DESCRIBE public.notes", "42601"),
+    ("install httpfs", "42601"),
+    ("pragma threads = 1", "42601"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "42501"),
+    ("COPY public.notes TO '/tmp/notes.csv'", "25006"),
+    ("DELETE FROM public.notes", "25006"),
+]
+
+
+def test_hostile_queries_are_refused_and_replication_goes_on(isolated: Isolated) -> None:
+    iso = isolated.running()
+    assert iso.run.proc is not None
+    child = only_query_process(iso)
+    before = iso.source_count()
+    with psycopg.connect(iso.conninfo, autocommit=True) as session:
+        for sql, sqlstate in HOSTILE:
+            with pytest.raises(psycopg.Error) as refused:
+                session.execute(sql.encode())
+            assert refused.value.sqlstate == sqlstate, sql
+            assert session.execute("SELECT 1").fetchone() == (1,), sql
+    # protocol garbage before the startup packet closes that connection only
+    with socket.create_connection(("127.0.0.1", iso.port), timeout=10) as raw:
+        raw.sendall(b"\x00\x00\x00\x08garbage!" * 4)
+        raw.settimeout(10)
+        with contextlib.suppress(OSError):
+            while raw.recv(4096):
+                pass
+    # the same query process still serves, and the stream still reaches it
+    assert only_query_process(iso) == child
+    iso.execute(f"INSERT INTO public.notes VALUES ({before + 1}, 'after the hostile ones')")
+    wait_until(lambda: lake_has(iso.conninfo, COUNT, before + 1), 60, "the new row", iso.run)
+
+
 def test_sigterm_stops_the_query_process_without_restarting_it(isolated: Isolated) -> None:
     iso = isolated.running()
     child = only_query_process(iso)
