@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -115,7 +116,7 @@ class Probe:
     def _guard(self, target: object) -> None:
         try:
             target()  # type: ignore[operator]
-        except BaseException as e:  # noqa: BLE001 - reported by check()
+        except BaseException as e:  # reported by check()
             self._error = e
 
     def _write_loop(self) -> None:
@@ -294,6 +295,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=300)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--log", type=Path, help="copy streambed's log (debug level) here")
     args = parser.parse_args()
     psql = find_psql()
     assert psql is not None, "psql is needed for pgbench"
@@ -322,7 +324,7 @@ def main() -> None:
             time.sleep(3 * PROBE_EVERY)  # a few idle markers first
             started, started_wall = time.monotonic(), time.time()
             output = run_pgbench(pgbench, url, env, args.seconds, args.clients)
-            ended, ended_wall = time.monotonic(), time.time()
+            ended = time.monotonic()
             probe.stop_writing()
             last = probe.mark()
             visible = probe.wait_visible(last, 1800)
@@ -361,6 +363,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            if args.log is not None:
+                shutil.copyfile(log_path, args.log)
 
 
 if __name__ == "__main__":

@@ -128,8 +128,10 @@ class Settings:
     )
     flush_interval: float = _setting(
         "STREAMBED_FLUSH_INTERVAL",
-        "Flush at least this often, in seconds, when anything is buffered; while the stream "
-        "catches up on a backlog (commits more than 30 s old), 30 times this.",
+        "Flush at least this often, in seconds, when anything is buffered. When flushes take "
+        "longer than this (merges that rewrite large tables), buffered changes wait as long as "
+        "the last few flushes took on average, so the loop keeps half its time for reading; "
+        "while the stream catches up on a backlog (commits more than 30 s old), 30 times this.",
         2.0,
     )
     txn_memory_bytes: int = _setting(
