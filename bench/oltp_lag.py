@@ -341,6 +341,12 @@ def main() -> None:
                 f"lag during the run ({len(lags)} markers): p50 {statistics.median(lags):.1f} s, "
                 f"p99 {p99:.1f} s, max {max(lags):.1f} s"
             )
+            windows = []
+            for start in range(0, args.seconds, 30):
+                part = probe.lags(started + start, min(started + start + 30, ended))
+                if part:
+                    windows.append(f"{start}-{min(start + 30, args.seconds)} s: {max(part):.1f}")
+            print(f"  max lag by 30 s of the run: {'; '.join(windows)}")
             catch_up = None if visible is None else visible - ended
             print(
                 "catch-up after pgbench stopped: "

@@ -19,18 +19,18 @@ a table's files) would otherwise leave the loop almost no time to read, and the 
 would fall behind. The copier's polls wait for the same interval, so they do not force the
 flushes the pacing avoids.
 
-Catching up. The interval trigger exists for freshness; while the stream is far behind
-(the last commit read is older than `CATCH_UP_LAG` seconds and than `flush_interval`, e.g.
-after downtime or a bulk load) a flush on the interval only pays a full merge for a few
-changes and makes the backlog grow. The lag must be large: a steady stream whose merges
-take a few seconds is always a few seconds behind, and stretching its interval would only
-make it staler. Then the interval is stretched to `CATCH_UP_INTERVAL_FACTOR` times its
-setting, until a commit read is recent again or the stream has nothing more to send; the
-rows and bytes triggers still bound memory. pgoutput carries no "WAL end of the server"
-(in logical replication the XLogData wal_end is the message's own LSN and a keepalive's is
-what the walsender has sent), so the age of the commits read is the measure of being
-behind. A source clock far behind this machine's makes every commit look old; the stretched
-interval still bounds how long changes wait.
+Catching up. The interval trigger exists for freshness; while the stream is far behind (the
+last commit read is older than `CATCH_UP_LAG` seconds, than `flush_interval` and than a few
+paced cycles of interval plus flush, e.g. after downtime or a bulk load) a flush on the
+interval only pays a full merge for a few changes and makes the backlog grow. The lag must
+be large: a steady stream whose merges take a few seconds is always a few flushes behind,
+and stretching its interval would only make it staler. Then the interval is stretched to
+`CATCH_UP_INTERVAL_FACTOR` times its setting, until a commit read is recent again or the
+stream has nothing more to send; the rows and bytes triggers still bound memory. pgoutput
+carries no "WAL end of the server" (in logical replication the XLogData wal_end is the
+message's own LSN and a keepalive's is what the walsender has sent), so the age of the
+commits read is the measure of being behind. A source clock far behind this machine's makes
+every commit look old; the stretched interval still bounds how long changes wait.
 
 A storage failure (`Kind.STORAGE`: the object store or the warehouse failed during a flush)
 is retried as the source's outages are (backoff 0.5 s up to 30 s, forever): everything
@@ -395,9 +395,10 @@ class Pipeline:
         # Origin, Type and logical messages (heartbeats) carry nothing to apply.
 
     def _commit_age(self, commit_ts: int) -> None:
-        """Behind when the commit just read is older than `CATCH_UP_LAG` and the interval."""
+        """Behind when the commit just read is older than `CATCH_UP_LAG`, the interval and a
+        few paced cycles (`FlushPacer.behind_after`)."""
         lag = (pg_now() - commit_ts) / 1e6
-        if lag > max(CATCH_UP_LAG, self.settings.flush_interval):
+        if lag > self._pacer.behind_after(CATCH_UP_LAG):
             if not self._behind:
                 self._behind = True
                 log(logger, "catching up", lag=f"{lag:.1f}s")

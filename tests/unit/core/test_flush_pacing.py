@@ -14,7 +14,7 @@ import pytest
 from streambed import pipeline as pipeline_module
 from streambed.changes import TableDelta
 from streambed.config import Settings
-from streambed.flush_pacing import PACE, WINDOW, FlushPacer
+from streambed.flush_pacing import CATCH_UP_CYCLES, PACE, WINDOW, FlushPacer
 from streambed.pipeline import Pipeline
 from tests.unit.core.test_pipeline_catch_up import (
     FakeCopier,
@@ -35,16 +35,28 @@ def test_the_setting_until_flushes_cost_more() -> None:
     assert pacer.interval(False, 30) == 2.0  # cheap flushes: the setting
 
 
-def test_paced_by_the_mean_of_recent_flushes() -> None:
+def test_paced_by_the_median_of_recent_flushes() -> None:
     pacer = FlushPacer(2.0)
     for seconds in (3.0, 5.0):
         pacer.record(seconds)
     assert pacer.interval(False, 30) == pytest.approx(PACE * 4.0)
+    pacer.record(30.0)  # one slow flush (a first merge, contention) does not set the pace
+    assert pacer.interval(False, 30) == pytest.approx(PACE * 5.0)
     for _ in range(WINDOW):  # the slow flushes are forgotten after WINDOW cheap ones
         pacer.record(0.1)
     assert pacer.interval(False, 30) == 2.0
-    pacer.record(-1.0)  # a clock step never shortens the interval below the setting
+    pacer.record(-1.0)  # a clock step never gives a negative cost
     assert pacer.cost >= 0.0
+
+
+def test_behind_only_past_a_few_paced_cycles() -> None:
+    pacer = FlushPacer(2.0)
+    assert pacer.behind_after(30.0) == 30.0  # cheap flushes: the pipeline's threshold
+    for _ in range(3):
+        pacer.record(10.0)  # slow merges: a cycle is 10 s waiting plus a 10 s flush
+    assert pacer.behind_after(30.0) == pytest.approx(CATCH_UP_CYCLES * (PACE * 10.0 + 10.0))
+    # a long setting: its own cycles are normal lag, not a backlog
+    assert FlushPacer(60.0).behind_after(30.0) == CATCH_UP_CYCLES * 60.0
 
 
 def test_behind_stretches_the_setting_or_keeps_a_longer_paced_interval() -> None:
