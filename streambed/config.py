@@ -128,8 +128,11 @@ class Settings:
     )
     flush_interval: float = _setting(
         "STREAMBED_FLUSH_INTERVAL",
-        "Flush at least this often, in seconds, when anything is buffered; while the stream "
-        "catches up on a backlog (commits more than 30 s old), 30 times this.",
+        "Flush at least this often, in seconds, when anything is buffered. When flushes take "
+        "longer than this (merges that rewrite large tables), buffered changes wait as long as "
+        "the last few flushes took (their median), so the loop keeps half its time for "
+        "reading; while the stream catches up on a backlog (commits more than 30 s old and "
+        "older than four such cycles of waiting and flushing), 30 times this.",
         2.0,
     )
     txn_memory_bytes: int = _setting(

@@ -13,18 +13,24 @@ A crash between any two steps replays from the slot's confirmed LSN; changes who
 LSN is at or below a table's frontier are skipped by the buffer, so nothing is applied
 twice, and nothing is acknowledged before it is durable in Iceberg.
 
-Catching up. The interval trigger exists for freshness; while the stream is far behind
-(the last commit read is older than `CATCH_UP_LAG` seconds and than `flush_interval`, e.g.
-after downtime or a bulk load) a flush on the interval only pays a full merge for a few
-changes and makes the backlog grow. The lag must be large: a steady stream whose merges
-take a few seconds is always a few seconds behind, and stretching its interval would only
-make it staler. Then the interval is stretched to `CATCH_UP_INTERVAL_FACTOR` times its
-setting, until a commit read is recent again or the stream has nothing more to send; the
-rows and bytes triggers still bound memory. pgoutput carries no "WAL end of the server"
-(in logical replication the XLogData wal_end is the message's own LSN and a keepalive's is
-what the walsender has sent), so the age of the commits read is the measure of being
-behind. A source clock far behind this machine's makes every commit look old; the stretched
-interval still bounds how long changes wait.
+Pacing. The interval trigger waits at least as long as recent flushes took
+(`streambed.flush_pacing`): flushes that cost more than the interval (a merge that rewrites
+a table's files) would otherwise leave the loop almost no time to read, and the stream
+would fall behind. The copier's polls wait for the same interval, so they do not force the
+flushes the pacing avoids.
+
+Catching up. The interval trigger exists for freshness; while the stream is far behind (the
+last commit read is older than `CATCH_UP_LAG` seconds, than `flush_interval` and than a few
+paced cycles of interval plus flush, e.g. after downtime or a bulk load) a flush on the
+interval only pays a full merge for a few changes and makes the backlog grow. The lag must
+be large: a steady stream whose merges take a few seconds is always a few flushes behind,
+and stretching its interval would only make it staler. Then the interval is stretched to
+`CATCH_UP_INTERVAL_FACTOR` times its setting, until a commit read is recent again or the
+stream has nothing more to send; the rows and bytes triggers still bound memory. pgoutput
+carries no "WAL end of the server" (in logical replication the XLogData wal_end is the
+message's own LSN and a keepalive's is what the walsender has sent), so the age of the
+commits read is the measure of being behind. A source clock far behind this machine's makes
+every commit look old; the stretched interval still bounds how long changes wait.
 
 A storage failure (`Kind.STORAGE`: the object store or the warehouse failed during a flush)
 is retried as the source's outages are (backoff 0.5 s up to 30 s, forever): everything
@@ -54,6 +60,7 @@ from streambed.changes import TableDelta, TableKey
 from streambed.config import Settings
 from streambed.errors import Kind, SourceError, StreambedError
 from streambed.failpoints import failpoint
+from streambed.flush_pacing import FlushPacer
 from streambed.log import log
 from streambed.lsn import format_lsn
 from streambed.names import qualified, table_selected
@@ -153,6 +160,7 @@ class Pipeline:
         self._buffer = self._new_buffer()
         self._last_flush = time.monotonic()
         self._behind = False  # catching up: see "Catching up" in the module doc
+        self._pacer = FlushPacer(self.settings.flush_interval)  # see "Pacing"
         self._storage = Retrier()  # consecutive storage failures
         self._recovering = False  # a storage failure: `recover` before streaming again
 
@@ -293,10 +301,7 @@ class Pipeline:
         while not self._stop and not (until is not None and until()):
             # Wait on the socket until data comes or the buffered changes are due, at most
             # LOOP_WAIT: an idle stream sleeps in poll(), it does not spin.
-            interval = settings.flush_interval
-            if self._behind:
-                interval *= CATCH_UP_INTERVAL_FACTOR
-            due = buffer.flush_due(interval)
+            due = buffer.flush_due(self._interval())
             wait = LOOP_WAIT if due is None else min(LOOP_WAIT, due - time.monotonic())
             batch = stream.read_batch(max(0.0, wait))
             for payload in batch.payloads:
@@ -328,17 +333,15 @@ class Pipeline:
             if not batch.payloads and self._behind:
                 self._caught_up()  # the source has nothing more to send right now
             now = time.monotonic()
-            interval = settings.flush_interval
-            if self._behind:
-                interval *= CATCH_UP_INTERVAL_FACTOR
+            interval = self._interval()
             flushed = buffer.should_flush(now, settings.flush_rows, settings.flush_bytes, interval)
             if flushed:
                 self.flush(stream)
-            # The copier is looked at after a flush (its step may restart the stream). While
-            # catching up, only after a flush that was due anyway or once per stretched
-            # interval: its poll every few seconds would otherwise force the small flushes
-            # the stretched interval avoids.
-            polled = flushed or not self._behind or now - self._last_flush >= interval
+            # The copier is looked at after a flush (its step may restart the stream): after
+            # a flush that was due anyway, with nothing buffered, or once per interval (paced
+            # or stretched): its poll every few seconds would otherwise force the small
+            # flushes the interval avoids.
+            polled = flushed or not buffer.dirty or now - self._last_flush >= interval
             if copier is not None and polled and copier.due(now):
                 self.flush(stream)
                 if copier.step():
@@ -349,6 +352,10 @@ class Pipeline:
         self.flush(stream)
         stream.send_status(force=True)
         return False
+
+    def _interval(self) -> float:
+        """The interval trigger's wait: paced by the flushes' cost, stretched while behind."""
+        return self._pacer.interval(self._behind, CATCH_UP_INTERVAL_FACTOR)
 
     def _idle(self) -> bool:
         b = self._buffer
@@ -388,9 +395,10 @@ class Pipeline:
         # Origin, Type and logical messages (heartbeats) carry nothing to apply.
 
     def _commit_age(self, commit_ts: int) -> None:
-        """Behind when the commit just read is older than `CATCH_UP_LAG` and the interval."""
+        """Behind when the commit just read is older than `CATCH_UP_LAG`, the interval and a
+        few paced cycles (`FlushPacer.behind_after`)."""
         lag = (pg_now() - commit_ts) / 1e6
-        if lag > max(CATCH_UP_LAG, self.settings.flush_interval):
+        if lag > self._pacer.behind_after(CATCH_UP_LAG):
             if not self._behind:
                 self._behind = True
                 log(logger, "catching up", lag=f"{lag:.1f}s")
@@ -423,8 +431,8 @@ class Pipeline:
 
     def flush(self, stream: Stream | None) -> None:
         started = time.monotonic()
-        self._last_flush = started
         if not self._buffer.dirty:
+            self._last_flush = started
             return
         end_lsn = self._buffer.last_end_lsn
         commit_lsn = self._buffer.last_commit_lsn
@@ -446,7 +454,9 @@ class Pipeline:
         if stream is not None and end_lsn is not None:  # 4: acknowledge
             stream.ack(end_lsn)
             stream.send_status(force=True)
-        seconds = time.monotonic() - started
+        self._last_flush = time.monotonic()  # the copier's poll counts from a flush's end
+        seconds = self._last_flush - started
+        self._pacer.record(seconds)
         if self._storage.attempt:
             log(logger, "storage is back", failures=self._storage.attempt)
             self._storage.reset()
@@ -461,6 +471,7 @@ class Pipeline:
             changes=rows,
             lsn=format_lsn(commit_lsn),
             seconds=f"{seconds:.3f}",
+            interval=f"{self._interval():.1f}",
         )
         if self.on_commit is not None:
             self.on_commit(commit_lsn)

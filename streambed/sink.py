@@ -59,6 +59,7 @@ from streambed.lake.source_catalog import SourceCatalog
 from streambed.lake.storage import resolve, storage_error
 from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, key_columns
 from streambed.lake.types import with_base_types
+from streambed.log import log
 from streambed.merge.arrow_merger import ArrowMerger
 from streambed.merge.contract import Merger
 from streambed.merge.plan import MergePlan, plan_merge
@@ -110,6 +111,7 @@ class IcebergSink:
         self._pending: dict[tuple[str, str], _Pending] = {}
         self.retention = retention
         self._expired_at: dict[tuple[str, str], float] = {}
+        self._last_write: tuple[str, int] = ("append", 0)  # how `_write` wrote (debug log)
 
     def load(self, names: Iterable[tuple[str, str]]) -> None:
         """Open existing lake tables, so watermarks list them before their first change."""
@@ -178,7 +180,9 @@ class IcebergSink:
             assert current is not None  # ResyncNeeded is raised only for a table with rows
             return commit(current, removed=[], added=[], lsn=delta.commit_lsn)
         pending = self._pending.pop(name, None)
+        started = time.monotonic()
         removed, added, footers = self._write(table, relation, delta, pending)
+        written = time.monotonic()
         if pending is not None:
             self._settle(table, pending, removed, added, footers)
             removed, added, footers = sorted(pending.removed), list(pending.added), pending.footers
@@ -187,7 +191,22 @@ class IcebergSink:
             table, removed=removed, added=added, lsn=delta.commit_lsn, footers=footers
         )
         failpoint("after_table_commit")
+        committed = time.monotonic()
         self._expire(name, table)
+        if logger.isEnabledFor(logging.DEBUG):
+            mode, rewrite_bytes = self._last_write
+            log(
+                logger,
+                "applied",
+                logging.DEBUG,
+                table=_qualified(delta),
+                changes=len(delta.rows) + len(delta.removed_keys),
+                mode=mode,
+                rewrite_bytes=rewrite_bytes,
+                write_seconds=f"{written - started:.3f}",
+                commit_seconds=f"{committed - written:.3f}",
+                expire_seconds=f"{time.monotonic() - committed:.3f}",
+            )
         return location
 
     def _expire(self, name: tuple[str, str], table: Table) -> None:
@@ -234,6 +253,7 @@ class IcebergSink:
                     kind=Kind.INTERNAL,
                 )
             footers = write_parquet_files(table, converted.table)
+            self._last_write = ("append", 0)
             return [], list(footers), footers
         keys = keys_to_arrow(relation, delta.key, delta.removed_keys, schema)
         plan = plan_merge(self._files(table, pending), _tuples(keys), truncated=delta.truncated)
@@ -241,6 +261,8 @@ class IcebergSink:
         removed = [f.path for f in (*plan.rewrite, *plan.drop)]
         if plan.rewrite:
             merger = self._merger_for(plan, converted.table, table)
+            mode = "local" if isinstance(merger, ArrowMerger) else "spark"
+            self._last_write = (mode, plan.rewrite_size_bytes)
             added = merger.execute(
                 plan,
                 rows=converted.table,
@@ -263,6 +285,7 @@ class IcebergSink:
             )
         else:
             footers = write_parquet_files(table, converted.table)
+            self._last_write = ("append", 0)
             return removed, list(footers), footers
         return removed, added, {}
 
