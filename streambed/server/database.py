@@ -943,11 +943,11 @@ class DbSession:
         select_list.name_reg_outputs(stmt)  # before the rewrite, after naming the columns
         if rewrite.needs_rewrite(stmt):
             try:
-                text = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)
+                text, kept = rewrite.rewrite(stmt, self._session_values(params), exact_numeric)
             except timetravel.TimeTravelError as e:
                 raise QueryError(str(e), e.sqlstate) from e
-            # time-travel arguments given as $n were resolved into constants
-            params = params[: _param_count(stmt)]
+            # arguments given as $n that the rewrite resolved into constants are gone
+            params = [params[n - 1] for n in kept if n <= len(params)]
         else:
             text = sql if sql is not None else str(keywords.QuotingStream()(stmt))
         return text, params, names

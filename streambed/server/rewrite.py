@@ -624,14 +624,33 @@ class _Rewriter:
         return node
 
 
-def rewrite(stmt: ast.Node, session: SessionValues, exact_numeric: bool = True) -> str:
-    """Rewrite one parsed statement for DuckDB and return its SQL text. `exact_numeric`
-    False: avg(), division and ::numeric as DuckDB computes them (`numeric`)."""
+def rewrite(
+    stmt: ast.Node, session: SessionValues, exact_numeric: bool = True
+) -> tuple[str, list[int]]:
+    """Rewrite one parsed statement for DuckDB; returns its SQL text and the numbers of the
+    client's parameters it still uses, in the order of its own `$1`, `$2`, ... (a parameter
+    the rewrite resolved into a constant, such as a time-travel bound or a setting's name,
+    is gone, and DuckDB refuses parameters a query does not use). `exact_numeric` False:
+    avg(), division and ::numeric as DuckDB computes them (`numeric`)."""
     rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
     rewriter.exact_numeric = exact_numeric
     rewritten = rewriter.transform(stmt)
+    kept = _compact_params(rewritten)
     text: str = QuotingStream()(rewritten)  # quotes names DuckDB reads as keywords
-    return text
+    return text, kept
+
+
+def _compact_params(node: Any) -> list[int]:
+    """Renumber the `$n` left in `node` as 1, 2, ... in the order of their old numbers;
+    returns the old numbers."""
+    refs: list[ast.ParamRef] = []
+    _walk(node, lambda n: refs.append(n) if isinstance(n, ast.ParamRef) else None)
+    kept = sorted({int(r.number or 0) for r in refs})
+    if kept != list(range(1, len(kept) + 1)):
+        new = {old: i for i, old in enumerate(kept, start=1)}
+        for ref in refs:
+            ref.number = new[int(ref.number or 0)]
+    return kept
 
 
 # ---- column names ----------------------------------------------------------------------

@@ -72,6 +72,9 @@ CASES: list[tuple[str, list[Any] | None, list[tuple[str, int]], list[tuple[Any, 
      "SELECT 1"),
     ("SELECT current_setting('TimeZone') AS a, current_setting($1) AS b", ["search_path"],
      [("a", 25), ("b", 25)], [("UTC", '"$user", public')], "SELECT 1"),
+    # a parameter the rewrite resolves (a setting's name) before one it keeps
+    ("SELECT current_setting($1) AS a, customer AS b FROM orders WHERE id = $2",
+     ["TimeZone", 1], [("a", 25), ("b", 25)], [("UTC", "c1")], "SELECT 1"),
     ("SELECT to_regtype('int4') AS a, to_regtype('hstore') AS b", None,
      [("a", 20), ("b", 20)], [(23, None)], "SELECT 1"),
     ("SELECT (information_schema._pg_expandarray(ARRAY[5, 7])).n AS n, "
