@@ -10,8 +10,8 @@ from streambed.server.database import (
     LakeDatabase,
     QueryError,
     QueryResult,
+    ServedWatermark,
     SnapshotProvider,
-    Watermark,
     split_statements,
     version_string,
 )
@@ -23,8 +23,8 @@ __all__ = [
     "LakeDatabase",
     "QueryError",
     "QueryResult",
+    "ServedWatermark",
     "SnapshotProvider",
-    "Watermark",
     "split_statements",
     "version_string",
 ]

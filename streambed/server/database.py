@@ -3,7 +3,7 @@
 `LakeDatabase` owns one in-memory DuckDB with the iceberg extension loaded offline. Every
 replicated table is a view `<schema>.<table>` over `iceberg_scan('<metadata location>')`.
 `refresh()` replaces all views, and the pg_catalog rows describing them, in one DuckDB
-transaction built from one `Watermark`, so a query binds either the old set or the new set,
+transaction built from one `ServedWatermark`, so a query binds either the old set or the new set,
 never half of each (consistent reads across tables). A query keeps the views it bound.
 
 Each client session gets a `DbSession` (its own DuckDB cursor). `DbSession.execute` takes
@@ -66,7 +66,7 @@ STREAMBED_VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
-class Watermark:
+class ServedWatermark:
     """A consistent cut of the lake: every table at the snapshot committed for `lsn`.
 
     `tables` maps (source schema, table) to the exact Iceberg metadata location.
@@ -80,7 +80,7 @@ class Watermark:
 
 
 class SnapshotProvider(Protocol):
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         """The newest committed watermark, or None before the first commit."""
         ...
 
@@ -171,7 +171,7 @@ class ColumnInfo:
     def of(cls, name: str, pg_type: pgtypes.PgType) -> ColumnInfo:
         return cls(name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type)
 
-    def from_table(self, origin: origins.Origin, duckdb_type: str) -> ColumnInfo:
+    def from_table(self, origin: origins.ColumnOrigin, duckdb_type: str) -> ColumnInfo:
         """This column as taken straight from a table column: its table and number, and
         the declared type when the table column's DuckDB type is this column's."""
         pg_type = self.pg_type
@@ -416,8 +416,8 @@ def _setting_value(node: ast.VariableSetStmt) -> str:
 
 @dataclass(frozen=True)
 class _Generation:
-    watermark: Watermark | None
-    tables: Mapping[tuple[str, str], catalog.TableInfo]
+    watermark: ServedWatermark | None
+    tables: Mapping[tuple[str, str], catalog.CatalogTable]
     schemas: frozenset[str]
 
 
@@ -507,7 +507,9 @@ class LakeDatabase:
             self._catalog_columns[name] = [
                 (
                     str(row[0]),
-                    origins.Origin(relid, number, vector_columns.get(str(row[0])), str(row[1])),
+                    origins.ColumnOrigin(
+                        relid, number, vector_columns.get(str(row[0])), str(row[1])
+                    ),
                 )
                 for number, row in enumerate(described, start=1)
             ]
@@ -520,7 +522,7 @@ class LakeDatabase:
     # -- refresh --------------------------------------------------------------------------
 
     @property
-    def watermark(self) -> Watermark | None:
+    def watermark(self) -> ServedWatermark | None:
         return self._generation.watermark
 
     def refresh(self) -> bool:
@@ -557,13 +559,13 @@ class LakeDatabase:
             self._metadata_cache[location] = cached
         return cached
 
-    def _apply(self, watermark: Watermark) -> None:
+    def _apply(self, watermark: ServedWatermark) -> None:
         old = self._generation
         cursor = self._conn.cursor()
         try:
             cursor.execute("BEGIN TRANSACTION")
             schemas = set(old.schemas)
-            infos: dict[tuple[str, str], catalog.TableInfo] = {}
+            infos: dict[tuple[str, str], catalog.CatalogTable] = {}
             shapes: set[tuple[str, int]] = set()
             for (schema, table), location in sorted(watermark.tables.items()):
                 if schema not in schemas:
@@ -588,7 +590,7 @@ class LakeDatabase:
                 if watermark.primary_keys is not None:
                     pk = watermark.primary_keys.get((schema, table))
                 keys, required = shape.keys, shape.required
-                infos[(schema, table)] = catalog.TableInfo(
+                infos[(schema, table)] = catalog.CatalogTable(
                     schema,
                     table,
                     _column_defs(columns, required, shape.facts),
@@ -667,7 +669,7 @@ class LakeDatabase:
             return None
         oid = found.oid
         return [
-            (c.name, origins.Origin(oid, number, c.declared, c.duckdb_type))
+            (c.name, origins.ColumnOrigin(oid, number, c.declared, c.duckdb_type))
             for number, c in enumerate(found.columns, start=1)
         ]
 
@@ -751,7 +753,7 @@ class DbSession:
         self._cursors: dict[str, cursors.SqlCursor] = {}
         self._savepoints: list[str] = []  # of the open transaction block, oldest first
         # the result columns taken straight from tables, of the last statement prepared
-        self._origins: list[origins.Origin | None] | None = None
+        self._origins: list[origins.ColumnOrigin | None] | None = None
         self._local_settings: dict[str, str] = {}  # set_config(..., true): values to restore
 
     # -- state the wire layer reports -------------------------------------------------------
