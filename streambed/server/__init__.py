@@ -13,8 +13,8 @@ from streambed.server.database import (
     ServedWatermark,
     SnapshotProvider,
     split_statements,
-    version_string,
 )
+from streambed.server.version import version_string
 
 __all__ = [
     "ColumnInfo",

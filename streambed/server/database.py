@@ -55,11 +55,9 @@ from streambed.server import (
     vectors,
 )
 from streambed.server.extensions import load_extensions, offline_config
+from streambed.server.version import SERVER_VERSION, SERVER_VERSION_NUM, version_string
 
 log = logging.getLogger(__name__)
-
-SERVER_VERSION = "15.0"
-STREAMBED_VERSION = "0.1.0"
 
 
 # ---- the boundary with the pipeline ------------------------------------------------------
@@ -351,7 +349,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "search_path": '"$user", public',
     "server_encoding": "UTF8",
     "server_version": SERVER_VERSION,
-    "server_version_num": "150000",
+    "server_version_num": SERVER_VERSION_NUM,
     "standard_conforming_strings": "on",
     "statement_timeout": "0",
     "timezone": "UTC",
@@ -1464,14 +1462,6 @@ def _show_duration(value: str) -> str:
     if seconds % 60 == 0:
         return f"{int(seconds // 60)}min"
     return f"{int(seconds)}s"
-
-
-def version_string() -> str:
-    """What version() answers: parsed by pgjdbc, SQLAlchemy and psycopg as Postgres 15.0."""
-    return (
-        f"PostgreSQL {SERVER_VERSION} (streambed {STREAMBED_VERSION} on DuckDB "
-        f"{duckdb.__version__}) on x86_64-pc-linux-gnu, compiled by streambed, 64-bit"
-    )
 
 
 def wait_for_lsn(db: LakeDatabase, lsn: int, timeout: float = 10.0) -> bool:

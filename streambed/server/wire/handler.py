@@ -34,8 +34,6 @@ from streambed.server.wire.messages import ProtocolViolation
 
 log = logging.getLogger(__name__)
 
-SERVER_VERSION = "15.6 (streambed)"
-SERVER_VERSION_NUM = "150006"
 BATCH_ROWS_HINT = 10_000
 TOO_MANY_CLIENTS = "sorry, too many clients already"  # 53300, Postgres' words
 
