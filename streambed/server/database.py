@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
@@ -56,6 +55,7 @@ from streambed.server import (
 )
 from streambed.server.extensions import load_extensions, offline_config
 from streambed.server.version import SERVER_VERSION, SERVER_VERSION_NUM, version_string
+from streambed.storage.s3 import S3Access
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +93,14 @@ class DatabaseSettings:
     batch_rows: int = 65_536
     memory_limit: str = ""
     threads: int = 0
-    s3_endpoint: str = ""
-    s3_region: str = "us-east-1"
-    s3_access_key_id: str = ""
-    s3_secret_access_key: str = field(default="", repr=False)
+    s3: S3Access = field(default_factory=S3Access)
     extra_allowed_paths: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> DatabaseSettings:
         values: dict[str, Any] = {
             "warehouse": settings.warehouse_uri,
-            "s3_endpoint": settings.s3_endpoint,
-            "s3_region": settings.s3_region,
-            "s3_access_key_id": settings.s3_access_key_id,
-            "s3_secret_access_key": settings.s3_secret_access_key,
+            "s3": S3Access.from_settings(settings),
             "statement_timeout": settings.query_statement_timeout,
         }
         values.update(overrides)
@@ -119,15 +113,7 @@ class DatabaseSettings:
 
     @property
     def pyiceberg_properties(self) -> dict[str, str]:
-        props: dict[str, str] = {}
-        if self.s3_endpoint:
-            props["s3.endpoint"] = self.s3_endpoint
-        if self.s3_region:
-            props["s3.region"] = self.s3_region
-        if self.s3_access_key_id:
-            props["s3.access-key-id"] = self.s3_access_key_id
-            props["s3.secret-access-key"] = self.s3_secret_access_key
-        return props
+        return self.s3.fileio_properties()
 
 
 # ---- results and errors ------------------------------------------------------------------
@@ -449,7 +435,7 @@ class LakeDatabase:
         self.redactor = redact.Redactor(
             settings.warehouse_path,
             [self._scratch.name, *settings.extra_allowed_paths],
-            [settings.s3_access_key_id, settings.s3_secret_access_key],
+            [settings.s3.access_key_id, settings.s3.secret_access_key],
         )
         self._metadata_cache: dict[str, _Shape] = {}
         # A view's (name, DuckDB type) columns, by table uuid and Iceberg schema id: a commit
@@ -475,17 +461,7 @@ class LakeDatabase:
         conn.execute("SET GLOBAL default_null_order = 'nulls_last_on_asc_first_on_desc'")
         s = self.settings
         if s.warehouse_path.startswith("s3://"):
-            options = ["TYPE s3", f"REGION '{s.s3_region}'"]
-            if s.s3_access_key_id:
-                options += [f"KEY_ID '{s.s3_access_key_id}'", f"SECRET '{s.s3_secret_access_key}'"]
-            if s.s3_endpoint:
-                endpoint = urlsplit(s.s3_endpoint)
-                options += [
-                    f"ENDPOINT '{endpoint.netloc or s.s3_endpoint}'",
-                    "URL_STYLE 'path'",
-                    f"USE_SSL {'true' if endpoint.scheme == 'https' else 'false'}",
-                ]
-            conn.execute(f"CREATE SECRET streambed_s3 ({', '.join(options)})")
+            conn.execute(s.s3.duckdb_secret("streambed_s3"))
         catalog.install(conn, s.database_name)
         numeric.install(conn)
         for sql in extract.MACROS_SQL:
