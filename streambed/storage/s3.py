@@ -27,18 +27,26 @@ if TYPE_CHECKING:
 
 DEFAULT_REGION: Final = "us-east-1"
 
-# pyiceberg FileIO property names (pyiceberg.io).
-S3_ENDPOINT: Final = "s3.endpoint"
-S3_ACCESS_KEY_ID: Final = "s3.access-key-id"
-S3_SECRET_ACCESS_KEY: Final = "s3.secret-access-key"
-S3_REGION: Final = "s3.region"
 
-# The Spark data source's option names: Spark redacts options matching `secret` or
-# `access.key` from plans and logs (pyiceberg's `s3.access-key-id` would not be).
-OPTION_ENDPOINT: Final = "s3.endpoint"
-OPTION_REGION: Final = "s3.region"
-OPTION_ACCESS_KEY: Final = "s3.access.key"
-OPTION_SECRET_KEY: Final = "s3.secret.key"
+@dataclass(frozen=True)
+class OptionNames:
+    """The names one client gives the S3 options."""
+
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+
+
+FILEIO: Final = OptionNames("s3.endpoint", "s3.region", "s3.access-key-id", "s3.secret-access-key")
+"""pyiceberg's FileIO property names (pyiceberg.io)."""
+SOURCE: Final = OptionNames("s3.endpoint", "s3.region", "s3.access.key", "s3.secret.key")
+"""The Spark data source's option names: Spark redacts options matching `secret` or
+`access.key` from plans and logs (pyiceberg's `s3.access-key-id` would not be)."""
+S3_ENDPOINT: Final = FILEIO.endpoint
+S3_REGION: Final = FILEIO.region
+S3_ACCESS_KEY_ID: Final = FILEIO.access_key_id
+S3_SECRET_ACCESS_KEY: Final = FILEIO.secret_access_key
 
 
 @dataclass(frozen=True)
@@ -68,46 +76,42 @@ class S3Access:
         parts = urlsplit(text)
         return parts.netloc, parts.scheme
 
-    # -- pyiceberg ---------------------------------------------------------------------------
+    def options(self, names: OptionNames) -> dict[str, str]:
+        """The settings as a client's options (`FILEIO`, `SOURCE`): the region always, the
+        endpoint and the credentials when set."""
+        options = {names.region: self.region}
+        if self.endpoint:
+            options[names.endpoint] = self.endpoint
+        if self.access_key_id:
+            options[names.access_key_id] = self.access_key_id
+            options[names.secret_access_key] = self.secret_access_key
+        return options
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], names: OptionNames) -> S3Access:
+        return cls(
+            options.get(names.endpoint, ""),
+            options.get(names.region) or DEFAULT_REGION,
+            options.get(names.access_key_id, ""),
+            options.get(names.secret_access_key, ""),
+        )
 
     def fileio_properties(self) -> dict[str, str]:
-        props = {S3_REGION: self.region}
-        if self.endpoint:
-            props[S3_ENDPOINT] = self.endpoint
-        if self.access_key_id:
-            props[S3_ACCESS_KEY_ID] = self.access_key_id
-            props[S3_SECRET_ACCESS_KEY] = self.secret_access_key
-        return props
+        """pyiceberg's FileIO properties."""
+        return self.options(FILEIO)
 
     @classmethod
     def from_fileio_properties(cls, properties: Mapping[str, str]) -> S3Access:
         """From pyiceberg FileIO properties (e.g. `table.io.properties`)."""
-        return cls(
-            properties.get(S3_ENDPOINT, ""),
-            properties.get(S3_REGION) or DEFAULT_REGION,
-            properties.get(S3_ACCESS_KEY_ID, ""),
-            properties.get(S3_SECRET_ACCESS_KEY, ""),
-        )
-
-    # -- the Spark data source ---------------------------------------------------------------
+        return cls.from_options(properties, FILEIO)
 
     def source_options(self) -> dict[str, str]:
-        options = {OPTION_REGION: self.region}
-        if self.endpoint:
-            options[OPTION_ENDPOINT] = self.endpoint
-        if self.access_key_id:
-            options[OPTION_ACCESS_KEY] = self.access_key_id
-            options[OPTION_SECRET_KEY] = self.secret_access_key
-        return options
+        """The Spark data source's options (`streambed.merge.pyarrow_source`)."""
+        return self.options(SOURCE)
 
     @classmethod
     def from_source_options(cls, options: Mapping[str, str]) -> S3Access:
-        return cls(
-            options.get(OPTION_ENDPOINT, ""),
-            options.get(OPTION_REGION) or DEFAULT_REGION,
-            options.get(OPTION_ACCESS_KEY, ""),
-            options.get(OPTION_SECRET_KEY, ""),
-        )
+        return cls.from_options(options, SOURCE)
 
     # -- DuckDB ------------------------------------------------------------------------------
 
