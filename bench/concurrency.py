@@ -23,7 +23,7 @@ import psycopg
 from pyiceberg.catalog.sql import SqlCatalog
 
 from bench.query_overhead import SCHEMA, Static, rows
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.wire.server import QueryServer, ServerOptions
 
 MIX = [
@@ -90,7 +90,7 @@ def main() -> int:
         location = catalog.load_table("public.orders").metadata_location
         db = LakeDatabase(
             DatabaseSettings(warehouse=warehouse.as_uri()),
-            Static(Watermark(lsn=1, tables={("public", "orders"): location})),
+            Static(ServedWatermark(lsn=1, tables={("public", "orders"): location})),
         )
         db.refresh()
         server = QueryServer(ServerOptions(port=0), db).start()

@@ -45,7 +45,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.wire.server import QueryServer, ServerOptions
 from tests.fixtures.postgres import ThrowawayPostgres  # run from the repository root
 
@@ -92,9 +92,9 @@ def rows(n: int) -> pa.Table:
 
 @dataclass
 class Static:
-    watermark: Watermark
+    watermark: ServedWatermark
 
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         return self.watermark
 
 
@@ -103,7 +103,7 @@ def _serve_in_child(
 ) -> None:
     db = LakeDatabase(
         DatabaseSettings(warehouse=warehouse),
-        Static(Watermark(lsn=1, tables={("public", "orders"): location})),
+        Static(ServedWatermark(lsn=1, tables={("public", "orders"): location})),
     )
     db.refresh()
     server = QueryServer(ServerOptions(port=0), db).start()
@@ -159,7 +159,7 @@ def main() -> None:
         location = catalog.load_table("public.orders").metadata_location
         db = LakeDatabase(
             DatabaseSettings(warehouse=warehouse.as_uri()),
-            Static(Watermark(lsn=1, tables={("public", "orders"): location})),
+            Static(ServedWatermark(lsn=1, tables={("public", "orders"): location})),
         )
         db.refresh()
         child: multiprocessing.process.BaseProcess | None = None

@@ -2,13 +2,16 @@
 
 This module is the contract between `streambed.buffer` (which produces `TableDelta`s) and
 `streambed.lake` / `streambed.merge` (which apply them). It holds no logic beyond
-small derived properties, and imports nothing heavy.
+small derived properties and `lake_key`, the one place a table's lake key is decided (the
+stream's tables and the copy's alike), and imports nothing heavy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from streambed.errors import SchemaError
 from streambed.pgoutput.messages import Relation, TupleValue
 
 
@@ -28,6 +31,33 @@ class TableKey:
     @property
     def append_only(self) -> bool:
         return not self.columns and not self.full_row
+
+
+def lake_key(relation: Relation, primary_key: Callable[[], Sequence[str]]) -> TableKey:
+    """How rows of `relation` are identified in the lake.
+
+    With REPLICA IDENTITY DEFAULT or USING INDEX, the columns pgoutput flags as key; with
+    FULL, the source table's primary key (`primary_key()`, its column names in index order,
+    asked for only then) when there is one, else the whole row; otherwise the table is
+    append-only (Postgres itself refuses UPDATE/DELETE on it while published). Raises
+    SchemaError when a FULL table's primary key has columns that are not among the
+    relation's (a publication's column list leaves them out).
+    """
+    if relation.replica_identity in ("d", "i"):
+        return TableKey(tuple(i for i, c in enumerate(relation.columns) if c.is_key))
+    if relation.replica_identity != "f":
+        return TableKey(())
+    key = tuple(primary_key())
+    if not key:
+        return TableKey((), full_row=True)
+    names = [c.name for c in relation.columns]
+    missing = [n for n in key if n not in names]
+    if missing:
+        raise SchemaError(
+            f"{relation.namespace}.{relation.name}: primary key columns {missing} are "
+            "not in the replicated columns; publish all key columns"
+        )
+    return TableKey(tuple(names.index(n) for n in key))
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from typing import Any
 
 import psycopg
 
-from streambed.changes import TableKey
+from streambed.changes import TableKey, lake_key
 from streambed.config import Settings
 from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import Kind, SchemaError, SourceError
+from streambed.errors import Kind, SourceError
 from streambed.failpoints import failpoint
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
@@ -80,34 +80,17 @@ class PostgresSource:
         )
 
     def table_key(self, relation: Relation) -> TableKey:
-        """How rows of `relation` are identified in the lake.
+        """How rows of `relation` are identified in the lake (`streambed.changes.lake_key`)."""
+        return lake_key(relation, lambda: self._primary_key(relation.relation_id))
 
-        With REPLICA IDENTITY DEFAULT or USING INDEX, the columns pgoutput flags as key;
-        with FULL, the primary key when there is one, else the whole row; otherwise the
-        table is append-only (Postgres itself refuses UPDATE/DELETE on it while published).
-        """
-        flagged = tuple(i for i, c in enumerate(relation.columns) if c.is_key)
-        if relation.replica_identity in ("d", "i"):
-            return TableKey(flagged)
-        if relation.replica_identity != "f":
-            return TableKey(())
+    def _primary_key(self, relation_id: int) -> tuple[str, ...]:
         try:
-            found = setup.table_key(self._sql(), relation.relation_id)
+            return setup.table_key(self._sql(), relation_id).primary_key
         except SourceError as e:
             if e.kind is not Kind.SOURCE_UNREACHABLE:
                 raise
             self._drop()
-            found = setup.table_key(self._sql(), relation.relation_id)
-        names = [c.name for c in relation.columns]
-        if found.primary_key:
-            missing = [n for n in found.primary_key if n not in names]
-            if missing:
-                raise SchemaError(
-                    f"{relation.namespace}.{relation.name}: primary key columns {missing} are "
-                    "not in the replicated columns; publish all key columns"
-                )
-            return TableKey(tuple(names.index(n) for n in found.primary_key))
-        return TableKey((), full_row=True)
+            return setup.table_key(self._sql(), relation_id).primary_key
 
     def beat(self, now: float) -> None:
         self._heartbeat.maybe_beat(now)

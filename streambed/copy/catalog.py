@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from streambed.changes import TableKey
+from streambed.changes import TableKey, lake_key
 from streambed.errors import Kind, SourceError
 from streambed.lake.declared import SourceFacts, read_facts
 from streambed.pgoutput.messages import KEY_FLAG, Relation, RelationColumn
@@ -168,7 +168,7 @@ def table_info(
     )
     return TableInfo(
         relation=relation,
-        key=_key(relation, keys),
+        key=lake_key(relation, lambda: keys.primary_key),
         blocks=max(int(relpages), int(blocks)),
         estimated_rows=max(0, int(reltuples)),
         attnums=tuple((str(attname), int(attnum)) for attname, _, _, attnum, *_ in columns),
@@ -196,15 +196,3 @@ def _published_part(
         return None, None
     attnames, row_filter = row
     return (None if attnames is None else set(attnames)), row_filter
-
-
-def _key(relation: Relation, keys: setup.TableKey) -> TableKey:
-    """The lake key, decided as `streambed.source.PostgresSource.table_key` decides it."""
-    names = [c.name for c in relation.columns]
-    if relation.replica_identity in ("d", "i"):
-        return TableKey(tuple(i for i, c in enumerate(relation.columns) if c.is_key))
-    if relation.replica_identity != "f":
-        return TableKey(())
-    if keys.primary_key and all(n in names for n in keys.primary_key):
-        return TableKey(tuple(names.index(n) for n in keys.primary_key))
-    return TableKey((), full_row=True)

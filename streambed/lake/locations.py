@@ -34,6 +34,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 
 from streambed.errors import ConfigError
+from streambed.storage.uris import split_uri
 
 SAFE = frozenset("_-.")
 ESCAPE = "~"
@@ -69,8 +70,6 @@ def separate(location: str, others: Callable[[], Iterable[str]]) -> str:
     the directory of one of `others()` (the locations of the catalog's other tables whose
     names `folded` does not tell apart: called only when `location` exists), the first of
     `location~~2`, `location~~3`, ... that is no such table's directory."""
-    from streambed.lake.storage import split_uri  # it imports the config, which imports this
-
     scheme, path = split_uri(location)
     if scheme != "file" or not os.path.isdir(path):
         return location  # S3 and most local filesystems tell every name apart

@@ -1,24 +1,23 @@
 """Where table files live: the local warehouse directory or an S3 bucket.
 
-The only module that imports boto3 (for the bucket itself); file reads and writes go
-through pyarrow filesystems, which work the same on Spark executors.
+Creating and checking the warehouse, and what a storage failure means. The S3 settings
+become each client's options, pyarrow filesystems and boto3 clients in one place,
+`streambed.storage.s3`; file reads and writes go through pyarrow filesystems, which work
+the same on Spark executors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
-from urllib.parse import urlsplit
+from typing import Final
 
 import pyarrow.fs as pafs
 
 from streambed.config import Settings
 from streambed.errors import Kind, StorageError
-
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
-
+from streambed.storage import s3
+from streambed.storage.uris import split_uri
 
 REFUSALS: Final = (
     "ACCESS_DENIED",  # pyarrow's S3 errors: "AWS Error ACCESS_DENIED during PutObject ..."
@@ -86,70 +85,16 @@ REFUSED_FIX: Final = (
 )
 
 
-# pyiceberg FileIO property names (pyiceberg.io); also what `filesystem_from_properties` reads.
-S3_ENDPOINT = "s3.endpoint"
-S3_ACCESS_KEY_ID = "s3.access-key-id"
-S3_SECRET_ACCESS_KEY = "s3.secret-access-key"
-S3_REGION = "s3.region"
-
-
 def fileio_properties(settings: Settings) -> dict[str, str]:
-    """pyiceberg FileIO properties for the warehouse: empty for a local warehouse.
-
-    Path-style addressing is pyiceberg's and pyarrow's default (no property needed).
-    """
+    """pyiceberg FileIO properties for the warehouse: empty for a local warehouse."""
     if not settings.on_s3:
         return {}
-    props = {S3_REGION: settings.s3_region}
-    if settings.s3_endpoint:
-        props[S3_ENDPOINT] = settings.s3_endpoint
-    if settings.s3_access_key_id:
-        props[S3_ACCESS_KEY_ID] = settings.s3_access_key_id
-        props[S3_SECRET_ACCESS_KEY] = settings.s3_secret_access_key
-    return props
-
-
-def filesystem(settings: Settings) -> pafs.FileSystem:
-    """The pyarrow filesystem of the warehouse (LocalFileSystem or S3FileSystem)."""
-    if not settings.on_s3:
-        return pafs.LocalFileSystem()
-    return filesystem_from_properties(fileio_properties(settings))
-
-
-def filesystem_from_properties(properties: Mapping[str, str]) -> pafs.S3FileSystem:
-    """An S3FileSystem from pyiceberg FileIO properties (e.g. `table.io.properties`)."""
-    kwargs: dict[str, object] = {"region": properties.get(S3_REGION, "us-east-1")}
-    endpoint = properties.get(S3_ENDPOINT, "")
-    if endpoint:
-        parts = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-        kwargs["endpoint_override"] = parts.netloc
-        kwargs["scheme"] = parts.scheme
-    if properties.get(S3_ACCESS_KEY_ID):
-        kwargs["access_key"] = properties[S3_ACCESS_KEY_ID]
-        kwargs["secret_key"] = properties.get(S3_SECRET_ACCESS_KEY, "")
-    return pafs.S3FileSystem(**kwargs)
-
-
-def split_uri(uri: str) -> tuple[str, str]:
-    """(scheme, filesystem path) of a warehouse URI: file:///a/b → ("file", "/a/b"),
-    s3://bucket/key → ("s3", "bucket/key"); a plain path is local. The lake's URIs are not
-    percent-encoded (`streambed.lake.locations`): the path is the URI's rest as it is."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return "file", uri
-    if scheme in ("s3", "s3a", "s3n"):
-        return "s3", rest.rstrip("/")
-    if scheme == "file":
-        return "file", rest
-    raise StorageError(f"unsupported storage location {uri!r}: use a local path or s3://")
+    return s3.S3Access.from_settings(settings).fileio_properties()
 
 
 def resolve(uri: str, properties: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path) for a file or directory URI, using FileIO properties for S3."""
-    scheme, path = split_uri(uri)
-    if scheme == "s3":
-        return filesystem_from_properties(properties), path
-    return pafs.LocalFileSystem(), path
+    return s3.filesystem(uri, s3.S3Access.from_fileio_properties(properties))
 
 
 def ensure_warehouse(settings: Settings) -> None:
@@ -202,7 +147,7 @@ def _check_bucket_writable(settings: Settings, path: str) -> None:
     bucket, _, prefix = path.partition("/")
     key = f"{prefix}/{WRITE_CHECK}" if prefix else WRITE_CHECK
     where = settings.s3_endpoint or "AWS S3"
-    client = _client(settings)
+    client = s3.S3Access.from_settings(settings).client()
     try:
         client.put_object(Bucket=bucket, Key=key, Body=b"")
         client.delete_object(Bucket=bucket, Key=key)
@@ -226,25 +171,6 @@ def _check_bucket_writable(settings: Settings, path: str) -> None:
         ) from e
 
 
-def _client(settings: Settings) -> S3Client:
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3",
-        endpoint_url=settings.s3_endpoint or None,
-        region_name=settings.s3_region,
-        aws_access_key_id=settings.s3_access_key_id or None,
-        aws_secret_access_key=settings.s3_secret_access_key or None,
-        config=Config(
-            connect_timeout=5,
-            read_timeout=30,
-            retries={"max_attempts": 2},
-            s3={"addressing_style": "path"},
-        ),
-    )
-
-
 def bucket_of(settings: Settings) -> str:
     scheme, path = split_uri(settings.warehouse_uri)
     if scheme != "s3":
@@ -262,7 +188,7 @@ def ensure_bucket(settings: Settings) -> None:
 
     bucket = bucket_of(settings)
     where = settings.s3_endpoint or "AWS S3"
-    client = _client(settings)
+    client = s3.S3Access.from_settings(settings).client()
     try:
         client.head_bucket(Bucket=bucket)
         return

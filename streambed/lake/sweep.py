@@ -62,10 +62,10 @@ from typing import TYPE_CHECKING
 import pyarrow.fs as pafs
 
 from streambed.errors import StorageError
-from streambed.lake.storage import split_uri
 from streambed.lake.sweep_metadata import is_metadata_file, metadata_references
 from streambed.log import log
 from streambed.names import qualified as watermark_key
+from streambed.storage.uris import split_uri
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

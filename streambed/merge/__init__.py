@@ -5,6 +5,6 @@
 import pyspark; import them from their modules.
 """
 
-from streambed.merge.plan import FileInfo, MergePlan, plan_merge
+from streambed.merge.plan import MergePlan, PlanFile, plan_merge
 
-__all__ = ["FileInfo", "MergePlan", "plan_merge"]
+__all__ = ["MergePlan", "PlanFile", "plan_merge"]

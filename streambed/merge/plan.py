@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 
-class FileInfo(Protocol):
+class PlanFile(Protocol):
     """What the plan needs to know about one data file (`streambed.lake.files.FileInfo`)."""
 
     @property
@@ -55,8 +55,8 @@ class MergePlan:
     (plus the drops of a truncate): the new rows are written straight from Arrow.
     """
 
-    rewrite: tuple[FileInfo, ...]
-    drop: tuple[FileInfo, ...]
+    rewrite: tuple[PlanFile, ...]
+    drop: tuple[PlanFile, ...]
     keep: int
     truncated: bool
     removed_key_count: int
@@ -97,7 +97,7 @@ class MergePlan:
 
 
 def plan_merge(
-    files: Sequence[FileInfo],
+    files: Sequence[PlanFile],
     removed_keys: Sequence[tuple[Any, ...]],
     *,
     truncated: bool,

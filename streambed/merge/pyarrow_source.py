@@ -21,8 +21,9 @@ files its tasks reported.
 
 Options (all strings): `paths` (JSON list, reading), `output_dir`, `run_id`,
 `arrow_schema` (base64 of the serialized Arrow schema), `max_rows_per_file`, and the
-filesystem: `s3.endpoint`, `s3.region`, `s3.access.key`, `s3.secret.key`. Spark redacts
-options whose names match `secret` or `access.key` from plans and logs.
+filesystem's (`streambed.storage.s3.S3Access.source_options`): `s3.endpoint`, `s3.region`,
+`s3.access.key`, `s3.secret.key`. Spark redacts options whose names match `secret` or
+`access.key` from plans and logs.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -51,9 +50,9 @@ from pyspark.sql.types import StructType
 
 from streambed.config import Settings
 from streambed.lake.output import TaskOutput
-from streambed.lake.storage import split_uri
 from streambed.merge.contract import conform
 from streambed.merge.worker_heap import settle
+from streambed.storage import s3
 
 NAME = "streambed_parquet"
 MANIFEST_DIR = "_streambed"
@@ -61,32 +60,13 @@ MANIFEST_DIR = "_streambed"
 
 def fs_options(settings: Settings) -> dict[str, str]:
     """The S3 options of the data source (and `SparkMerger`) for streambed's settings."""
-    options = {"s3.region": settings.s3_region}
-    if settings.s3_endpoint:
-        options["s3.endpoint"] = settings.s3_endpoint
-    if settings.s3_access_key_id:
-        options["s3.access.key"] = settings.s3_access_key_id
-        options["s3.secret.key"] = settings.s3_secret_access_key
-    return options
+    return s3.S3Access.from_settings(settings).source_options()
 
 
 def filesystem(uri: str, options: Mapping[str, str]) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem for `uri` and the path inside it."""
-    scheme, path = split_uri(uri)
-    if scheme == "s3":
-        kwargs: dict[str, Any] = {}
-        endpoint = options.get("s3.endpoint", "")
-        if endpoint:
-            ep = urlsplit(endpoint)
-            kwargs["endpoint_override"] = ep.netloc or ep.path
-            kwargs["scheme"] = ep.scheme or "https"
-        if options.get("s3.region"):
-            kwargs["region"] = options["s3.region"]
-        if options.get("s3.access.key"):
-            kwargs["access_key"] = options["s3.access.key"]
-            kwargs["secret_key"] = options.get("s3.secret.key", "")
-        return pafs.S3FileSystem(**kwargs), path
-    return pafs.LocalFileSystem(), path
+    """The pyarrow filesystem for `uri` and the path inside it, from the data source's
+    options (`streambed.storage.s3.filesystem`)."""
+    return s3.filesystem(uri, s3.S3Access.from_source_options(options))
 
 
 def _make_dir(fs: pafs.FileSystem, path: str) -> None:

@@ -83,7 +83,7 @@ class PublishedTable:
 
 
 @dataclass(frozen=True)
-class TableKey:
+class SourceKey:
     primary_key: tuple[str, ...]  # in index order; () when the table has none
     replica_identity: str  # 'd' default, 'n' nothing, 'f' full, 'i' index
     identity_columns: tuple[str, ...]  # the columns Delete/Update old tuples carry as key
@@ -436,7 +436,7 @@ def streamed_by_root(
     return {int(oid) for (oid,) in rows}
 
 
-def table_key(conn: SQLConnection, relation_id: int) -> TableKey:
+def table_key(conn: SQLConnection, relation_id: int) -> SourceKey:
     """Primary key columns (index order) and replica identity of one table."""
     ident = _run(
         conn,
@@ -457,7 +457,7 @@ def table_key(conn: SQLConnection, relation_id: int) -> TableKey:
         identity = _index_columns(conn, relation_id, "indisreplident")
     else:
         identity = ()
-    return TableKey(primary_key, replica_identity, identity)
+    return SourceKey(primary_key, replica_identity, identity)
 
 
 def _index_columns(conn: SQLConnection, relation_id: int, flag: str) -> tuple[str, ...]:

@@ -10,11 +10,11 @@ from streambed.server.database import (
     LakeDatabase,
     QueryError,
     QueryResult,
+    ServedWatermark,
     SnapshotProvider,
-    Watermark,
     split_statements,
-    version_string,
 )
+from streambed.server.version import version_string
 
 __all__ = [
     "ColumnInfo",
@@ -23,8 +23,8 @@ __all__ = [
     "LakeDatabase",
     "QueryError",
     "QueryResult",
+    "ServedWatermark",
     "SnapshotProvider",
-    "Watermark",
     "split_statements",
     "version_string",
 ]

@@ -195,7 +195,7 @@ class ColumnDef:
 
 
 @dataclass(frozen=True)
-class TableInfo:
+class CatalogTable:
     """One replicated table as the catalog shows it."""
 
     schema: str
@@ -599,7 +599,7 @@ def _class_row(
     }  # fmt: skip
 
 
-def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[TableInfo], database: str) -> None:
+def rebuild(conn: duckdb.DuckDBPyConnection, tables: Sequence[CatalogTable], database: str) -> None:
     """Replace the dynamic catalog relations with rows for `tables` (inside the caller's
     transaction, so they switch together with the views)."""
     del database

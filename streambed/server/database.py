@@ -3,7 +3,7 @@
 `LakeDatabase` owns one in-memory DuckDB with the iceberg extension loaded offline. Every
 replicated table is a view `<schema>.<table>` over `iceberg_scan('<metadata location>')`.
 `refresh()` replaces all views, and the pg_catalog rows describing them, in one DuckDB
-transaction built from one `Watermark`, so a query binds either the old set or the new set,
+transaction built from one `ServedWatermark`, so a query binds either the old set or the new set,
 never half of each (consistent reads across tables). A query keeps the views it bound.
 
 Each client session gets a `DbSession` (its own DuckDB cursor). `DbSession.execute` takes
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import duckdb
@@ -55,18 +54,17 @@ from streambed.server import (
     vectors,
 )
 from streambed.server.extensions import load_extensions, offline_config
+from streambed.server.version import SERVER_VERSION, SERVER_VERSION_NUM, version_string
+from streambed.storage.s3 import S3Access
 
 log = logging.getLogger(__name__)
-
-SERVER_VERSION = "15.0"
-STREAMBED_VERSION = "0.1.0"
 
 
 # ---- the boundary with the pipeline ------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Watermark:
+class ServedWatermark:
     """A consistent cut of the lake: every table at the snapshot committed for `lsn`.
 
     `tables` maps (source schema, table) to the exact Iceberg metadata location.
@@ -80,7 +78,7 @@ class Watermark:
 
 
 class SnapshotProvider(Protocol):
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         """The newest committed watermark, or None before the first commit."""
         ...
 
@@ -95,20 +93,14 @@ class DatabaseSettings:
     batch_rows: int = 65_536
     memory_limit: str = ""
     threads: int = 0
-    s3_endpoint: str = ""
-    s3_region: str = "us-east-1"
-    s3_access_key_id: str = ""
-    s3_secret_access_key: str = field(default="", repr=False)
+    s3: S3Access = field(default_factory=S3Access)
     extra_allowed_paths: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> DatabaseSettings:
         values: dict[str, Any] = {
             "warehouse": settings.warehouse_uri,
-            "s3_endpoint": settings.s3_endpoint,
-            "s3_region": settings.s3_region,
-            "s3_access_key_id": settings.s3_access_key_id,
-            "s3_secret_access_key": settings.s3_secret_access_key,
+            "s3": S3Access.from_settings(settings),
             "statement_timeout": settings.query_statement_timeout,
         }
         values.update(overrides)
@@ -121,15 +113,7 @@ class DatabaseSettings:
 
     @property
     def pyiceberg_properties(self) -> dict[str, str]:
-        props: dict[str, str] = {}
-        if self.s3_endpoint:
-            props["s3.endpoint"] = self.s3_endpoint
-        if self.s3_region:
-            props["s3.region"] = self.s3_region
-        if self.s3_access_key_id:
-            props["s3.access-key-id"] = self.s3_access_key_id
-            props["s3.secret-access-key"] = self.s3_secret_access_key
-        return props
+        return self.s3.fileio_properties()
 
 
 # ---- results and errors ------------------------------------------------------------------
@@ -171,7 +155,7 @@ class ColumnInfo:
     def of(cls, name: str, pg_type: pgtypes.PgType) -> ColumnInfo:
         return cls(name, pg_type.oid, pg_type.typmod, pg_type.name, pg_type)
 
-    def from_table(self, origin: origins.Origin, duckdb_type: str) -> ColumnInfo:
+    def from_table(self, origin: origins.ColumnOrigin, duckdb_type: str) -> ColumnInfo:
         """This column as taken straight from a table column: its table and number, and
         the declared type when the table column's DuckDB type is this column's."""
         pg_type = self.pg_type
@@ -351,7 +335,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "search_path": '"$user", public',
     "server_encoding": "UTF8",
     "server_version": SERVER_VERSION,
-    "server_version_num": "150000",
+    "server_version_num": SERVER_VERSION_NUM,
     "standard_conforming_strings": "on",
     "statement_timeout": "0",
     "timezone": "UTC",
@@ -416,8 +400,8 @@ def _setting_value(node: ast.VariableSetStmt) -> str:
 
 @dataclass(frozen=True)
 class _Generation:
-    watermark: Watermark | None
-    tables: Mapping[tuple[str, str], catalog.TableInfo]
+    watermark: ServedWatermark | None
+    tables: Mapping[tuple[str, str], catalog.CatalogTable]
     schemas: frozenset[str]
 
 
@@ -451,7 +435,7 @@ class LakeDatabase:
         self.redactor = redact.Redactor(
             settings.warehouse_path,
             [self._scratch.name, *settings.extra_allowed_paths],
-            [settings.s3_access_key_id, settings.s3_secret_access_key],
+            [settings.s3.access_key_id, settings.s3.secret_access_key],
         )
         self._metadata_cache: dict[str, _Shape] = {}
         # A view's (name, DuckDB type) columns, by table uuid and Iceberg schema id: a commit
@@ -477,17 +461,7 @@ class LakeDatabase:
         conn.execute("SET GLOBAL default_null_order = 'nulls_last_on_asc_first_on_desc'")
         s = self.settings
         if s.warehouse_path.startswith("s3://"):
-            options = ["TYPE s3", f"REGION '{s.s3_region}'"]
-            if s.s3_access_key_id:
-                options += [f"KEY_ID '{s.s3_access_key_id}'", f"SECRET '{s.s3_secret_access_key}'"]
-            if s.s3_endpoint:
-                endpoint = urlsplit(s.s3_endpoint)
-                options += [
-                    f"ENDPOINT '{endpoint.netloc or s.s3_endpoint}'",
-                    "URL_STYLE 'path'",
-                    f"USE_SSL {'true' if endpoint.scheme == 'https' else 'false'}",
-                ]
-            conn.execute(f"CREATE SECRET streambed_s3 ({', '.join(options)})")
+            conn.execute(s.s3.duckdb_secret("streambed_s3"))
         catalog.install(conn, s.database_name)
         numeric.install(conn)
         for sql in extract.MACROS_SQL:
@@ -507,7 +481,9 @@ class LakeDatabase:
             self._catalog_columns[name] = [
                 (
                     str(row[0]),
-                    origins.Origin(relid, number, vector_columns.get(str(row[0])), str(row[1])),
+                    origins.ColumnOrigin(
+                        relid, number, vector_columns.get(str(row[0])), str(row[1])
+                    ),
                 )
                 for number, row in enumerate(described, start=1)
             ]
@@ -520,7 +496,7 @@ class LakeDatabase:
     # -- refresh --------------------------------------------------------------------------
 
     @property
-    def watermark(self) -> Watermark | None:
+    def watermark(self) -> ServedWatermark | None:
         return self._generation.watermark
 
     def refresh(self) -> bool:
@@ -557,13 +533,13 @@ class LakeDatabase:
             self._metadata_cache[location] = cached
         return cached
 
-    def _apply(self, watermark: Watermark) -> None:
+    def _apply(self, watermark: ServedWatermark) -> None:
         old = self._generation
         cursor = self._conn.cursor()
         try:
             cursor.execute("BEGIN TRANSACTION")
             schemas = set(old.schemas)
-            infos: dict[tuple[str, str], catalog.TableInfo] = {}
+            infos: dict[tuple[str, str], catalog.CatalogTable] = {}
             shapes: set[tuple[str, int]] = set()
             for (schema, table), location in sorted(watermark.tables.items()):
                 if schema not in schemas:
@@ -588,7 +564,7 @@ class LakeDatabase:
                 if watermark.primary_keys is not None:
                     pk = watermark.primary_keys.get((schema, table))
                 keys, required = shape.keys, shape.required
-                infos[(schema, table)] = catalog.TableInfo(
+                infos[(schema, table)] = catalog.CatalogTable(
                     schema,
                     table,
                     _column_defs(columns, required, shape.facts),
@@ -667,7 +643,7 @@ class LakeDatabase:
             return None
         oid = found.oid
         return [
-            (c.name, origins.Origin(oid, number, c.declared, c.duckdb_type))
+            (c.name, origins.ColumnOrigin(oid, number, c.declared, c.duckdb_type))
             for number, c in enumerate(found.columns, start=1)
         ]
 
@@ -751,7 +727,7 @@ class DbSession:
         self._cursors: dict[str, cursors.SqlCursor] = {}
         self._savepoints: list[str] = []  # of the open transaction block, oldest first
         # the result columns taken straight from tables, of the last statement prepared
-        self._origins: list[origins.Origin | None] | None = None
+        self._origins: list[origins.ColumnOrigin | None] | None = None
         self._local_settings: dict[str, str] = {}  # set_config(..., true): values to restore
 
     # -- state the wire layer reports -------------------------------------------------------
@@ -1462,14 +1438,6 @@ def _show_duration(value: str) -> str:
     if seconds % 60 == 0:
         return f"{int(seconds // 60)}min"
     return f"{int(seconds)}s"
-
-
-def version_string() -> str:
-    """What version() answers: parsed by pgjdbc, SQLAlchemy and psycopg as Postgres 15.0."""
-    return (
-        f"PostgreSQL {SERVER_VERSION} (streambed {STREAMBED_VERSION} on DuckDB "
-        f"{duckdb.__version__}) on x86_64-pc-linux-gnu, compiled by streambed, 64-bit"
-    )
 
 
 def wait_for_lsn(db: LakeDatabase, lsn: int, timeout: float = 10.0) -> bool:

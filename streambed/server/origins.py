@@ -21,14 +21,14 @@ from streambed.server import pgtypes
 
 
 @dataclass(frozen=True)
-class Origin:
+class ColumnOrigin:
     table_oid: int
     column_number: int
     pg_type: pgtypes.PgType | None = None  # the type to show, when not DuckDB's own
     stored_type: str | None = None  # the DuckDB type `pg_type` applies to
 
 
-Columns = Sequence[tuple[str, Origin]]
+Columns = Sequence[tuple[str, ColumnOrigin]]
 Lookup = Callable[[str | None, str], Columns | None]
 
 
@@ -42,7 +42,7 @@ class _Unknown(Exception):
     """The number of result columns cannot be told."""
 
 
-def result_origins(stmt: ast.Node, lookup: Lookup) -> list[Origin | None] | None:
+def result_origins(stmt: ast.Node, lookup: Lookup) -> list[ColumnOrigin | None] | None:
     """One entry per result column of `stmt` (None: no origin); None when unknown."""
     if not isinstance(stmt, ast.SelectStmt) or stmt.op != enums.SetOperation.SETOP_NONE:
         return None
@@ -54,7 +54,7 @@ def result_origins(stmt: ast.Node, lookup: Lookup) -> list[Origin | None] | None
     try:
         for item in stmt.fromClause or ():
             merged = _from_item(item, lookup, ctes, scopes) or merged
-        out: list[Origin | None] = []
+        out: list[ColumnOrigin | None] = []
         for target in stmt.targetList:
             value = target.val if isinstance(target, ast.ResTarget) else None
             if not isinstance(value, ast.ColumnRef):

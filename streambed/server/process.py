@@ -31,7 +31,7 @@ from typing import IO, Any, Final
 from streambed.config import Settings
 from streambed.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, ConfigError
 from streambed.log import setup
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.refresher import ViewRefresher
 from streambed.server.wire.server import QueryServer, ServerOptions
 from streambed.state.store import StateStore
@@ -48,14 +48,14 @@ class StateSnapshots:
     def __init__(self, state: StateStore) -> None:
         self.state = state
 
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         from streambed.names import split_qualified
 
         mark = self.state.latest_watermark()
         if mark is None:
             return None
         tables = {split_qualified(q): loc for q, loc in mark.tables.items()}
-        return Watermark(lsn=mark.lsn, tables=tables)
+        return ServedWatermark(lsn=mark.lsn, tables=tables)
 
 
 def start_server(

@@ -14,7 +14,7 @@ file on that pipe, so it does not outlive the parent, however the parent ends.
 
 A child that exits while the parent is not stopping (any exit code or signal) is logged with
 its exit code or signal and the number of restarts so far (`restarts`), and started again
-after a backoff (`Backoff`: 0.5 s, doubled at each exit up to 30 s, back to 0.5 s once a
+after a backoff (`RestartBackoff`: 0.5 s, doubled at each exit up to 30 s, back to 0.5 s once a
 child has served for a minute). A child that cannot start (which the parent's checks of the
 configuration should prevent) therefore restarts at most every 30 s, and the log says it
 keeps failing; the parent never gives up on it, as replication does not need it.
@@ -59,7 +59,7 @@ STOP_SECONDS: Final = 20.0
 
 
 @dataclass
-class Backoff:
+class RestartBackoff:
     """The delay before starting a process again after it exited: `first`, doubled at each
     exit up to `cap`, and `first` again once a process ran `steady` seconds. No I/O."""
 
@@ -109,10 +109,10 @@ class QuerySupervisor:
     about to start) another one: the query server's restarts, for logs and metrics."""
 
     def __init__(
-        self, settings: Settings, listener: socket.socket, backoff: Backoff | None = None
+        self, settings: Settings, listener: socket.socket, backoff: RestartBackoff | None = None
     ) -> None:
         self.listener = listener
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or RestartBackoff()
         self.restarts = 0
         self._settings = pickle.dumps(settings)
         self._env = _child_environment()

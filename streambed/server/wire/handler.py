@@ -34,8 +34,6 @@ from streambed.server.wire.messages import ProtocolViolation
 
 log = logging.getLogger(__name__)
 
-SERVER_VERSION = "15.6 (streambed)"
-SERVER_VERSION_NUM = "150006"
 BATCH_ROWS_HINT = 10_000
 TOO_MANY_CLIENTS = "sorry, too many clients already"  # 53300, Postgres' words
 
@@ -118,7 +116,7 @@ def _from_exception(error: BaseException) -> SqlError:
 # ---- state -----------------------------------------------------------------------------------
 
 
-class State(enum.Enum):
+class Phase(enum.Enum):
     STARTUP = "startup"
     SASL_INITIAL = "sasl_initial"
     SASL_FINAL = "sasl_final"
@@ -214,7 +212,7 @@ class ConnectionHandler:
         self._admit = admit
         self.process_id = process_id
         self.secret_key = secret_key
-        self.state = State.STARTUP
+        self.state = Phase.STARTUP
         self.user = ""
         self._startup_parameters: dict[str, str] = {}
         self._reported: dict[str, str] = {}
@@ -230,12 +228,12 @@ class ConnectionHandler:
     # ---- startup and authentication ------------------------------------------------------
 
     def startup(self, startup: messages.StartupMessage) -> list[bytes]:
-        if self.state is not State.STARTUP:
+        if self.state is not Phase.STARTUP:
             raise ProtocolViolation("unexpected startup message")
         self._startup_parameters = dict(startup.parameters)
         self.user = startup.parameters.get("user", "")
         if not self.user:
-            self.state = State.CLOSED
+            self.state = Phase.CLOSED
             return [
                 messages.error_response(
                     "28000", "no PostgreSQL user name specified in startup packet", severity="FATAL"
@@ -248,19 +246,19 @@ class ConnectionHandler:
             verifier if verifier is not None else self._users.mock_verifier(self.user),
             known_user=verifier is not None,
         )
-        self.state = State.SASL_INITIAL
+        self.state = Phase.SASL_INITIAL
         return [messages.authentication_sasl([MECHANISM])]
 
     def _authenticated(self) -> list[bytes]:
         if self._admit is not None and not self._admit():
-            self.state = State.CLOSED
+            self.state = Phase.CLOSED
             return [messages.error_response("53300", TOO_MANY_CLIENTS, severity="FATAL")]
         try:
             session = self._database.session(
                 self.user, self._startup_parameters.get("database") or None
             )
         except Exception as e:  # the database cannot serve: tell the client, then close
-            self.state = State.CLOSED
+            self.state = Phase.CLOSED
             error = _from_exception(e)
             return [messages.error_response(error.sqlstate, error.message, severity="FATAL")]
         self._session = session
@@ -275,7 +273,7 @@ class ConnectionHandler:
                         "startup setting ignored",
                         extra={"fields": {"name": name, "error": str(e)}},
                     )
-        self.state = State.READY
+        self.state = Phase.READY
         out = [messages.authentication_ok()]
         self._reported = dict(session.parameter_status())
         out += [messages.parameter_status(k, v) for k, v in self._reported.items()]
@@ -284,7 +282,7 @@ class ConnectionHandler:
         return out
 
     def _auth_failed(self) -> list[bytes]:
-        self.state = State.CLOSED
+        self.state = Phase.CLOSED
         return [
             messages.error_response(
                 AuthFailed.sqlstate,
@@ -296,12 +294,12 @@ class ConnectionHandler:
     def _password(self, body: bytes) -> list[bytes]:
         assert self._scram is not None
         try:
-            if self.state is State.SASL_INITIAL:
+            if self.state is Phase.SASL_INITIAL:
                 initial = messages.parse_sasl_initial(body)
                 if initial.mechanism != MECHANISM:
                     raise AuthFailed(f"unsupported SASL mechanism {initial.mechanism!r}")
                 server_first = self._scram.first(initial.data)
-                self.state = State.SASL_FINAL
+                self.state = Phase.SASL_FINAL
                 return [messages.authentication(messages.AUTH_SASL_CONTINUE, server_first)]
             server_final = self._scram.final(body)
         except (AuthFailed, ProtocolViolation) as e:
@@ -316,7 +314,7 @@ class ConnectionHandler:
 
     @property
     def closed(self) -> bool:
-        return self.state is State.CLOSED
+        return self.state is Phase.CLOSED
 
     def handle(self, type_code: bytes, body: bytes) -> Generator[bytes, None, None]:
         """Answer one frontend message. Raises nothing for bad input: a protocol violation
@@ -326,14 +324,14 @@ class ConnectionHandler:
             if isinstance(msg, messages.Terminate):
                 self.close()
                 return
-            if self.state in (State.SASL_INITIAL, State.SASL_FINAL):
+            if self.state in (Phase.SASL_INITIAL, Phase.SASL_FINAL):
                 if not isinstance(msg, messages.Password):
                     raise ProtocolViolation(
                         f"expected SASL response, got message type {type_code!r}"
                     )
                 yield from self._password(msg.body)
                 return
-            if self.state is not State.READY:
+            if self.state is not Phase.READY:
                 raise ProtocolViolation(f"unexpected message type {type_code!r}")
             yield from self._dispatch(msg)
         except ProtocolViolation as e:
@@ -638,7 +636,7 @@ class ConnectionHandler:
 
     def close(self) -> None:
         """End the connection: interrupt whatever runs and release the database session."""
-        self.state = State.CLOSED
+        self.state = Phase.CLOSED
         for name in list(self._portals):
             self._close_portal(name)
         session, self._session = self._session, None

@@ -35,7 +35,7 @@ from streambed.listen import listen
 from streambed.server.wire import messages
 from streambed.server.wire.auth import UsersFileError, UserStore
 from streambed.server.wire.connection import AuthTimeout, ClientGone, Connection, refuse_at_once
-from streambed.server.wire.handler import TOO_MANY_CLIENTS, ConnectionHandler, Database, State
+from streambed.server.wire.handler import TOO_MANY_CLIENTS, ConnectionHandler, Database, Phase
 from streambed.server.wire.messages import ProtocolViolation
 from streambed.server.wire.slots import Slots, Ticket
 from streambed.server.wire.tls import REFUSED_PLAINTEXT, TlsMode, server_context
@@ -380,7 +380,7 @@ class QueryServer:
         authenticating = True
         limit, setting = MAX_AUTH_MESSAGE, "before authentication"
         while not handler.closed:
-            if authenticating and handler.state is State.READY:
+            if authenticating and handler.state is Phase.READY:
                 authenticating = False
                 conn.authenticated()  # the deadline ends with authentication
                 limit = self.options.max_message_bytes

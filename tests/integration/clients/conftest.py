@@ -19,7 +19,7 @@ from streambed.copy.catalog import table_info
 from streambed.copy.job import lake_table
 from streambed.lake.convert import rows_to_arrow
 from streambed.lake.tables import arrow_schema
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.wire.server import QueryServer, ServerOptions
 from tests.fixtures.postgres import ThrowawayPostgres
 
@@ -70,9 +70,9 @@ class Setup:
 
 @dataclasses.dataclass
 class _Snapshots:
-    watermark: Watermark
+    watermark: ServedWatermark
 
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         return self.watermark
 
 
@@ -114,7 +114,7 @@ def setup(
     locations = _copy(url, catalog)
     db = LakeDatabase(
         DatabaseSettings(warehouse=warehouse.as_uri(), database_name=database),
-        _Snapshots(Watermark(lsn=1, tables=locations)),
+        _Snapshots(ServedWatermark(lsn=1, tables=locations)),
     )
     server = None
     try:

@@ -14,7 +14,7 @@ import pytest
 from streambed.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.locations import segment
-from streambed.lake.storage import split_uri
+from streambed.storage.uris import split_uri
 from tests.fixtures.postgres import PgDatabase, free_port
 from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.fidelity.conftest import Served, raw_text

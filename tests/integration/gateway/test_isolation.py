@@ -24,7 +24,7 @@ import pytest
 
 from streambed.config import Settings
 from streambed.listen import listen
-from streambed.server.supervisor import Backoff, QuerySupervisor, start_query_process
+from streambed.server.supervisor import QuerySupervisor, RestartBackoff, start_query_process
 from tests.fixtures.postgres import ThrowawayPostgres, free_port
 from tests.integration.gateway.conftest import lake_has
 from tests.integration.pipeline.harness import StreambedProcess, wait_until
@@ -313,7 +313,7 @@ def test_a_query_process_that_cannot_start_is_retried_at_the_capped_interval(
     assert settings.query_host_port is not None
     caplog.set_level(logging.INFO, "streambed.server")
     supervisor = QuerySupervisor(
-        settings, listen(*settings.query_host_port), Backoff(first=0.01, cap=0.01)
+        settings, listen(*settings.query_host_port), RestartBackoff(first=0.01, cap=0.01)
     ).start()
     try:
         wait_until(lambda: supervisor.restarts >= 2, 120, "two restarts")

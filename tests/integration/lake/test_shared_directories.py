@@ -17,10 +17,10 @@ from pyiceberg.table import Table
 from streambed.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
-from streambed.lake.storage import split_uri
 from streambed.lake.sweep import sweep
 from streambed.lake.tables import ensure_table
 from streambed.state.store import StateStore
+from streambed.storage.uris import split_uri
 from tests.integration.lake.test_lake_tables import KEY, RELATION, _write
 
 pytestmark = pytest.mark.integration

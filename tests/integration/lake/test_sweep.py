@@ -18,11 +18,11 @@ from streambed.config import Settings
 from streambed.errors import StorageError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
-from streambed.lake.storage import split_uri
 from streambed.lake.sweep import sweep
 from streambed.lake.tables import ensure_table
 from streambed.merge.pyarrow_source import filesystem, fs_options
 from streambed.state.store import StateStore
+from streambed.storage.uris import split_uri
 from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.lake.test_lake_tables import KEY, RELATION, _write
 

@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.lake import storage
 from streambed.merge import plan_merge
 from streambed.merge.arrow_merger import ArrowMerger
 from streambed.merge.contract import Merger
 from streambed.merge.executor import SparkMerger
 from streambed.merge.pyarrow_source import filesystem
+from streambed.storage import s3
 from tests.fixtures.s3 import ThrowawayS3
 from tests.fixtures.spark import PANDAS_WARNING
 from tests.integration.merge.test_executor import FIELD_ID, SCHEMA, File, simple_table
@@ -54,10 +54,10 @@ def test_merge_on_s3(
     else:
         merger = ArrowMerger(
             {
-                storage.S3_ENDPOINT: s3_server.endpoint,
-                storage.S3_REGION: s3_server.region,
-                storage.S3_ACCESS_KEY_ID: s3_server.access_key,
-                storage.S3_SECRET_ACCESS_KEY: s3_server.secret_key,
+                s3.S3_ENDPOINT: s3_server.endpoint,
+                s3.S3_REGION: s3_server.region,
+                s3.S3_ACCESS_KEY_ID: s3_server.access_key,
+                s3.S3_SECRET_ACCESS_KEY: s3_server.secret_key,
             }
         )
     out = merger.execute(

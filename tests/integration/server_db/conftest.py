@@ -22,7 +22,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 
 UTC = dt.UTC
 
@@ -31,10 +31,10 @@ UTC = dt.UTC
 class FakeSnapshots:
     """A SnapshotProvider whose watermark the test moves."""
 
-    current: Watermark | None = None
+    current: ServedWatermark | None = None
     calls: int = 0
 
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         self.calls += 1
         return self.current
 
@@ -53,8 +53,8 @@ class Lake:
         self.tables[name] = self.catalog.load_table(name)
         self.lsn = lsn
 
-    def watermark(self) -> Watermark:
-        return Watermark(
+    def watermark(self) -> ServedWatermark:
+        return ServedWatermark(
             lsn=self.lsn,
             tables={
                 tuple(name.split(".", 1)): t.metadata_location  # type: ignore[misc]

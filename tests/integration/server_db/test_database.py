@@ -228,7 +228,7 @@ def test_the_catalog_is_rebuilt_only_when_a_tables_shape_changes(
     rebuilds: list[int] = []
     rebuild = catalog.rebuild
 
-    def counted(conn: Any, tables: Sequence[catalog.TableInfo], database: str) -> None:
+    def counted(conn: Any, tables: Sequence[catalog.CatalogTable], database: str) -> None:
         rebuilds.append(len(tables))
         rebuild(conn, tables, database)
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from psycopg.types.string import TextLoader
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, QueryError, ServedWatermark
 from streambed.server.pgtypes import encode_text_column
 from tests.fixtures.postgres import ThrowawayPostgres
 
@@ -145,7 +145,7 @@ ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]
 
 
 class _NoTables:
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         return None
 
 

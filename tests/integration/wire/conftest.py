@@ -28,7 +28,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.wire.server import QueryServer, ServerOptions
 
 USER, PASSWORD = "alice", "s3cret-pw"
@@ -74,9 +74,9 @@ def item_rows(n: int) -> pa.Table:
 
 @dataclasses.dataclass
 class StaticSnapshots:
-    watermark: Watermark
+    watermark: ServedWatermark
 
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         return self.watermark
 
 
@@ -93,7 +93,7 @@ def lake_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeData
     table.append(item_rows(ITEM_ROWS))
     table = catalog.load_table("public.items")
     snapshots = StaticSnapshots(
-        Watermark(lsn=1, tables={("public", "items"): table.metadata_location})
+        ServedWatermark(lsn=1, tables={("public", "items"): table.metadata_location})
     )
     db = LakeDatabase(DatabaseSettings(warehouse=warehouse.as_uri()), snapshots)
     db.refresh()

@@ -1,5 +1,5 @@
 """Where lake tables live (`streambed.lake.locations`) and how their URIs map to paths
-(`streambed.lake.storage.split_uri`): any Postgres name gives a directory of its own that
+(`streambed.storage.uris.split_uri`): any Postgres name gives a directory of its own that
 every reader addresses the same way."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from streambed.lake.locations import (
     separate,
     table_location,
 )
-from streambed.lake.storage import split_uri
+from streambed.storage.uris import split_uri
 
 # What a Postgres identifier may hold: any character but NUL, at least one.
 NAMES = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), min_size=1)

@@ -12,11 +12,11 @@ from pglast import parse_sql
 
 from streambed.server import guard
 from streambed.server.allowed_functions import SCALAR_FUNCTIONS
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 
 
 class _NoTables:
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         return None
 
 

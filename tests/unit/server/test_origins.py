@@ -8,7 +8,7 @@ import pglast
 import pytest
 
 from streambed.server import pgtypes
-from streambed.server.origins import Columns, Origin, result_origins
+from streambed.server.origins import ColumnOrigin, Columns, result_origins
 
 
 def _parse(sql: str) -> Any:
@@ -20,8 +20,12 @@ def _parse(sql: str) -> Any:
 
 JSONB = pgtypes.JSONB
 TABLES: dict[str, Columns] = {
-    "orders": [("id", Origin(100, 1)), ("note", Origin(100, 2)), ("data", Origin(100, 3, JSONB))],
-    "customers": [("id", Origin(200, 1)), ("email", Origin(200, 2))],
+    "orders": [
+        ("id", ColumnOrigin(100, 1)),
+        ("note", ColumnOrigin(100, 2)),
+        ("data", ColumnOrigin(100, 3, JSONB)),
+    ],
+    "customers": [("id", ColumnOrigin(200, 1)), ("email", ColumnOrigin(200, 2))],
 }
 
 

@@ -12,30 +12,30 @@ import pytest
 
 from streambed.config import Settings
 from streambed.errors import ConfigError
-from streambed.server.supervisor import Backoff, exit_fields, start_query_process
+from streambed.server.supervisor import RestartBackoff, exit_fields, start_query_process
 
 
 def test_the_delay_doubles_at_each_early_exit_up_to_the_cap() -> None:
-    backoff = Backoff(first=0.5, cap=30.0, steady=60.0)
+    backoff = RestartBackoff(first=0.5, cap=30.0, steady=60.0)
     delays = [backoff.after_exit(uptime=1.0) for _ in range(9)]
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert backoff.failures == 9
 
 
 def test_capped_only_once_processes_keep_exiting_at_the_cap() -> None:
-    backoff = Backoff(first=1.0, cap=4.0, steady=60.0)
+    backoff = RestartBackoff(first=1.0, cap=4.0, steady=60.0)
     seen = []
     for _ in range(4):
         backoff.after_exit(uptime=0.1)
         seen.append(backoff.capped)
     assert seen == [False, False, True, True]
-    single = Backoff(first=4.0, cap=4.0)
+    single = RestartBackoff(first=4.0, cap=4.0)
     single.after_exit(uptime=0.1)
     assert not single.capped  # one exit is not "keeps exiting"
 
 
 def test_a_process_that_served_steadily_starts_again_at_the_first_delay() -> None:
-    backoff = Backoff(first=0.5, cap=30.0, steady=60.0)
+    backoff = RestartBackoff(first=0.5, cap=30.0, steady=60.0)
     for _ in range(8):
         backoff.after_exit(uptime=2.0)
     capped_before = backoff.capped

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from streambed.server.database import DatabaseSettings, LakeDatabase, Watermark
+from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 
 
 class NoTables:
     """A lake with nothing replicated yet: the handler tests query DuckDB table functions."""
 
-    def latest(self) -> Watermark | None:
+    def latest(self) -> ServedWatermark | None:
         return None
 
 
