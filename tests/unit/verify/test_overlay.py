@@ -81,7 +81,7 @@ def test_summary_and_rows_of_a_keyed_table() -> None:
 
 
 def test_keyless_delta() -> None:
-    x = {"id": b"1", "note": b"x", "big": None}
+    x: dict[str, object] = {"id": b"1", "note": b"x", "big": None}
     changes = [
         _c("insert", None, x),
         _c("delete", x, None),
