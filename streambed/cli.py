@@ -97,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Take a snapshot of the source at a known LSN, wait until the lake holds "
         "every TABLE (all replicated tables when none is named) up to it, and compare them "
         "through hashes of buckets of keys, then row by row. Prints a line per table, then "
-        "each differing table with its first differing keys and the `streambed resync` that repairs it. "
-        "Exit 0 when every table is equal, 3 when one differs.",
+        "each differing table with its first differing keys and the `streambed resync` "
+        "that repairs it. Exit 0 when every table is equal, 3 when one differs.",
     )
     verify.add_argument(
         "tables",
