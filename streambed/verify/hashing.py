@@ -108,12 +108,21 @@ def sql_bucket(digest_sql: str, bucket: Bucket) -> str:
     return " AND ".join(parts) or "true"
 
 
+def sql_text(column: str) -> str:
+    """A column's text as its type's output function writes it (what the stream sends),
+    NULL for NULL. Not `::text`: that cast trims char(n)'s padding, spells booleans
+    `true`/`false` and adds `/32` to an inet, unlike their output functions; `format('%s')`
+    calls the output function. `num_nulls` tests the value itself (`IS NULL` is true for a
+    composite whose fields are all NULL)."""
+    return f"(CASE WHEN num_nulls({column}) = 0 THEN format('%s', {column}) END)"
+
+
 def sql_row_form(columns: Sequence[str]) -> str:
     """The canonical row form of `columns` (quoted identifiers) in Postgres SQL."""
     if not columns:
         return "''"
     parts = [
-        f"coalesce(octet_length(({c})::text)::text || ':' || ({c})::text, 'N')" for c in columns
+        f"coalesce(octet_length({sql_text(c)})::text || ':' || {sql_text(c)}, 'N')" for c in columns
     ]
     return " || ',' || ".join(parts)
 

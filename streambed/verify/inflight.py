@@ -140,6 +140,8 @@ class Cut:
             if msg.subxid != msg.xid:
                 self._streamed[msg.xid] = [(x, c) for x, c in held if x != msg.subxid]
         elif isinstance(msg, m.Insert | m.Update | m.Delete | m.Truncate):
+            if not isinstance(msg, m.Truncate) and self._name(msg.relation_id) is None:
+                return  # a table not verified: not kept
             if self._stream_xid is not None:
                 self._streamed.setdefault(self._stream_xid, []).append((msg.xid, msg))
             else:

@@ -107,7 +107,7 @@ class SourceReader:
     def _from(self, table: SourceTable, exclude: Sequence[str] | None) -> str:
         """The table's rows with their key digest, hash and text, leaving out the
         keys whose digests are in `exclude` (None: every row)."""
-        texts = [f"({c})::text" for c in table.quoted(table.columns)]
+        texts = [hashing.sql_text(c) for c in table.quoted(table.columns)]
         hashed = hashing.SQL_ROW_HASH.format(form=table.row_form)
         rows = (
             f"SELECT md5({table.key_form}) AS {DIGEST}, {hashed} AS {HASH}, "

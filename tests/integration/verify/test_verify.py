@@ -29,7 +29,7 @@ SCHEMA = """
 CREATE TABLE public.typed (
     id int PRIMARY KEY, amount numeric(12,3), free numeric, f8 double precision, f4 real,
     at timestamptz, ts timestamp, d date, tags text[], doc jsonb, raw json, data bytea,
-    u uuid, iv interval, note text
+    u uuid, iv interval, note text, flag bool, code char(6), ip inet, net cidr, bits bit(3)
 );
 CREATE TABLE public.load (id bigint PRIMARY KEY, n int, note text);
 CREATE TABLE public.bag (a int, b text);
@@ -38,10 +38,11 @@ INSERT INTO public.typed VALUES
     (1, 1.5, 'NaN', 'NaN', '-0', '2024-03-31 01:30:00+02', '0044-03-15 12:00:00 BC',
      'infinity', '{"a,b",NULL,"q\\"uote"}', '{"b": [1, 2.50], "a": null}', '{"z":  1}',
      '\\x00ff2c', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '1 year 2 mons -3 days 04:05:06.5',
-     'comma, "quote" and ''apostrophe'''),
+     'comma, "quote" and ''apostrophe''', true, 'ab', '10.1.2.3', '10.1.0.0/16', B'101'),
     (2, -0.001, '1e-20', 'Infinity', 3.4e38, 'infinity', '2000-01-01', '-infinity', '{}',
-     '[]', 'null', '\\x', NULL, '0', ''),
-    (3, NULL, NULL, 0.1, -1.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+     '[]', 'null', '\\x', NULL, '0', '', false, '', '::1', '::/0', B'000'),
+    (3, NULL, NULL, 0.1, -1.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     NULL, NULL, NULL, NULL, NULL);
 INSERT INTO public.load SELECT g, g, 'row ' || g FROM generate_series(1, 2000) g;
 INSERT INTO public.bag VALUES (1, 'x'), (1, 'x'), (2, 'y'), (NULL, NULL);
 """

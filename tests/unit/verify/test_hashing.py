@@ -28,9 +28,13 @@ def test_row_hash_is_the_first_64_bits_of_md5_signed() -> None:
 
 def test_sql_matches_python() -> None:
     # the SQL the source runs uses the same digits and moduli as the Python side
-    assert hashing.sql_row_form(['"a"']) == (
-        "coalesce(octet_length((\"a\")::text)::text || ':' || (\"a\")::text, 'N')"
+    text = '(CASE WHEN num_nulls("a") = 0 THEN format(\'%s\', "a") END)'
+    assert hashing.sql_text('"a"') == text
+    assert (
+        hashing.sql_row_form(['"a"'])
+        == f"coalesce(octet_length({text})::text || ':' || {text}, 'N')"
     )
+    assert hashing.sql_row_form([]) == "''"
     step = hashing.sql_step("d", 16, 10)
     assert "substr(d, 17, 7)" in step and "bit(28)" in step and "% 10" in step
     assert hashing.sql_bucket("d", ()) == "true"
