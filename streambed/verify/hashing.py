@@ -127,6 +127,28 @@ def sql_row_form(columns: Sequence[str]) -> str:
     return " || ',' || ".join(parts)
 
 
+def duck_row_form(columns: Sequence[str]) -> str:
+    """The canonical row form in DuckDB SQL over columns holding Postgres text."""
+    if not columns:
+        return "''"
+    return " || ',' || ".join(f"coalesce(strlen({c})::VARCHAR || ':' || {c}, 'N')" for c in columns)
+
+
+def duck_step(digest_sql: str, offset: int, modulus: int) -> str:
+    return f"(('0x' || substr({digest_sql}, {offset + 1}, {DIGITS}))::BIGINT % {modulus})"
+
+
+def duck_bucket(digest_sql: str, bucket: Bucket) -> str:
+    parts = [f"{duck_step(digest_sql, o, m)} = {v}" for o, m, v in bucket]
+    return " AND ".join(parts) or "true"
+
+
+_DUCK_UNSIGNED = "('0x' || substr({digest}, 1, 16))::UBIGINT::HUGEINT"
+DUCK_ROW_HASH = (  # the first 16 hex digits as a signed 64-bit integer, as `row_hash`
+    f"(CASE WHEN {_DUCK_UNSIGNED} >= 9223372036854775808 "
+    f"THEN {_DUCK_UNSIGNED} - 18446744073709551616 ELSE {_DUCK_UNSIGNED} END)"
+)
+
 SQL_ROW_HASH = "('x' || substr(md5({form}), 1, 16))::bit(64)::bigint"
 
 
@@ -189,3 +211,41 @@ def compare_multiset(source: Iterable[Row], lake: Iterable[Row]) -> list[Differe
 
 def _sort_key(key: tuple[str | None, ...]) -> tuple[tuple[int, str], ...]:
     return tuple((0, "") if v is None else (1, v) for v in key)
+
+
+class BucketSet:
+    """Membership in any of many buckets, tested with one hash step per row for the
+    common case (buckets of one first level); deeper steps only within a first-level hit."""
+
+    def __init__(self, buckets: Sequence[Bucket]) -> None:
+        self.everything = any(not b for b in buckets)
+        self.first: dict[tuple[int, int], dict[int, list[Bucket]]] = {}
+        for b in buckets:
+            if b:
+                (offset, modulus, value), rest = b[0], b[1:]
+                self.first.setdefault((offset, modulus), {}).setdefault(value, []).append(rest)
+
+    def __contains__(self, digest: str) -> bool:
+        if self.everything:
+            return True
+        for (offset, modulus), values in self.first.items():
+            rests = values.get(step_value(digest, offset, modulus))
+            if rests is not None and any(in_bucket(digest, rest) for rest in rests):
+                return True
+        return False
+
+    def sql(self, digest_sql: str) -> str:
+        """The same test as a Postgres condition."""
+        if self.everything:
+            return "true"
+        parts = []
+        for (offset, modulus), values in self.first.items():
+            step = sql_step(digest_sql, offset, modulus)
+            whole = sorted(v for v, rests in values.items() if () in rests)
+            if whole:
+                parts.append(f"{step} IN ({', '.join(map(str, whole))})")
+            for value, rests in sorted(values.items()):
+                for rest in rests:
+                    if rest:
+                        parts.append(f"({step} = {value} AND {sql_bucket(digest_sql, rest)})")
+        return " OR ".join(parts) or "false"

@@ -125,14 +125,38 @@ def _rows(
 def summary(
     conn: duckdb.DuckDBPyConnection, table: LakeTable, parent: Bucket, modulus: int
 ) -> Summary:
+    """Rows and hash sum per bucket: each batch rendered as Postgres text in Python (the
+    query server's encoder), then hashed and summed by DuckDB, vectorized."""
     offset, _ = hashing.child_step(parent, modulus)
+    names = [f"c{i}" for i in range(len(table.columns))]
+    key = [names[table.columns.index(k)] for k in table.key] if table.key else names
+    query = (
+        f"SELECT {hashing.duck_step('d', offset, modulus)} AS b, count(*) AS n, "
+        f"sum({hashing.DUCK_ROW_HASH.format(digest='r')}) AS s FROM (SELECT "
+        f"md5({hashing.duck_row_form(key)}) AS d, md5({hashing.duck_row_form(names)}) AS r "
+        f"FROM verify_batch) WHERE {hashing.duck_bucket('d', parent)} GROUP BY b"
+    )
     sums: dict[int, list[int]] = {}
-    for digest, _key, values in _rows(conn, table):
-        if not hashing.in_bucket(digest, parent):
-            continue
-        entry = sums.setdefault(hashing.step_value(digest, offset, modulus), [0, 0])
-        entry[0] += 1
-        entry[1] += hashing.row_hash(hashing.row_form(values))
+    hasher = duckdb.connect()
+    try:
+        for batch in _batches(conn, table):
+            texts = pa.table(
+                [
+                    pa.array(
+                        encode_text_column(column, pg_type_for_arrow(column.type)), pa.string()
+                    )
+                    for column in batch.columns
+                ],
+                names=names,
+            )
+            hasher.register("verify_batch", texts)
+            for b, n, s in hasher.execute(query).fetchall():
+                entry = sums.setdefault(int(b), [0, 0])
+                entry[0] += int(n)
+                entry[1] += int(s)
+            hasher.unregister("verify_batch")
+    finally:
+        hasher.close()
     return {b: (n, s) for b, (n, s) in sums.items()}
 
 
@@ -140,8 +164,9 @@ def rows(conn: duckdb.DuckDBPyConnection, table: LakeTable, buckets: Sequence[Bu
     out: list[Row] = []
     if not buckets:
         return out
+    wanted = hashing.BucketSet(buckets)
     for digest, key, values in _rows(conn, table):
-        if any(hashing.in_bucket(digest, b) for b in buckets):
+        if digest in wanted:
             out.append(Row(_text(key), _text(values), hashing.row_hash(hashing.row_form(values))))
     return out
 

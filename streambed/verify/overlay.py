@@ -137,9 +137,9 @@ class Overlay:
     def apply(self, rows: list[Row], buckets: Sequence[Bucket]) -> list[Row]:
         """The snapshot's `rows` of `buckets` (touched keys left out) with the overlay's."""
         out = list(rows)
+        wanted = hashing.BucketSet(buckets)
         for row, sign in self._rows():
-            digest = self._digest(row)
-            if not any(hashing.in_bucket(digest, b) for b in buckets):
+            if self._digest(row) not in wanted:
                 continue
             made = Row(
                 self._key_of(row) if self.key else row,

@@ -138,8 +138,7 @@ class SourceReader:
     ) -> list[Row]:
         if not buckets:
             return []
-        condition = " OR ".join(f"({hashing.sql_bucket(DIGEST, b)})" for b in buckets)
-        return self._rows(table, f"({condition})", exclude)
+        return self._rows(table, f"({hashing.BucketSet(buckets).sql(DIGEST)})", exclude)
 
     def by_digest(self, table: SourceTable, digests: Sequence[str]) -> list[Row]:
         """The rows whose key digests are `digests`."""

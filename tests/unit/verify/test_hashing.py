@@ -92,3 +92,41 @@ def test_compare_multiset_counts_copies() -> None:
     assert hashing.compare_multiset([dup, dup], [dup, dup]) == []
     missing = hashing.compare_multiset([other], [])
     assert missing[0].lake is None and missing[0].source_count == 1
+
+
+def test_bucket_set() -> None:
+    low = "0" * 16 + "0000001" + "0000002" + "00"  # first step 1, second step 2
+    high = "0" * 16 + "0000003" + "0000005" + "00"
+    buckets = [((16, 4, 1),), ((16, 4, 3), (23, 8, 5))]
+    wanted = hashing.BucketSet(buckets)
+    assert low in wanted and high in wanted
+    assert ("0" * 16 + "0000003" + "0000004" + "00") not in wanted  # second step 4, not 5
+    assert ("0" * 16 + "0000002" + "0000002" + "00") not in wanted
+    assert "anything" in hashing.BucketSet([()])
+    assert low not in hashing.BucketSet([])
+    sql = wanted.sql("d")
+    assert " IN (1)" in sql and "= 3 AND" in sql and "% 8) = 5" in sql
+    assert hashing.BucketSet([]).sql("d") == "false"
+
+
+def test_duckdb_forms_match_python() -> None:
+    import duckdb
+    import pyarrow as pa
+
+    rows = [("1", "a,b"), ("22", None), ("é", ""), (None, "N")]
+    rows += [(str(i), "x" * i) for i in range(40)]
+    table = pa.table({"c0": [r[0] for r in rows], "c1": [r[1] for r in rows]})
+    conn = duckdb.connect()
+    conn.register("t", table)
+    form = hashing.duck_row_form(["c0", "c1"])
+    query = (
+        f"SELECT {form}, {hashing.DUCK_ROW_HASH.format(digest=f'md5({form})')}, "
+        f"{hashing.duck_step(f'md5({form})', 16, 1000)} FROM t"
+    )
+    got = conn.execute(query).fetchall()
+    for (text_form, row_hash, step), row in zip(got, rows, strict=True):
+        python = hashing.row_form([None if v is None else v.encode() for v in row])
+        assert text_form.encode() == python
+        assert row_hash == hashing.row_hash(python)
+        assert step == hashing.step_value(hashing.key_digest(python), 16, 1000)
+    assert any(h < 0 for _, h, _ in got) and any(h > 0 for _, h, _ in got)  # both signs
