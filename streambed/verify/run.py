@@ -35,7 +35,7 @@ class TableResult:
     differences: list[Difference] = field(default_factory=list)
     problem: str = ""  # a difference that is not a row (columns)
     more: bool = False  # more differing buckets than were read
-    unproven: bool = False  # its layout changed while verifying: not compared
+    unproven: bool = False  # not compared: its columns changed while verify ran
     seconds: float = 0.0
 
     @property
@@ -58,7 +58,7 @@ class Report:
             if r.equal:
                 continue
             name = qualified(*r.name)
-            lines.append(f"{name}: {'NOT PROVEN' if r.unproven else 'DIFFERS'}")
+            lines.append(f"{name}: {'NOT COMPARED' if r.unproven else 'DIFFERS'}")
             if r.problem:
                 lines.append(f"  {r.problem}")
             for d in r.differences[:SHOWN]:
