@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -10,6 +11,7 @@ from typing import Any, TextIO, TypeVar
 
 from streambed.config import Settings
 from streambed.errors import ConfigError, StateError
+from streambed.log import log
 from streambed.lsn import format_lsn, parse_lsn
 from streambed.names import name_parts, qualified
 from streambed.replication.connection import sql_connect
@@ -26,6 +28,7 @@ POLL = 0.2
 
 Name = tuple[str, str]
 T = TypeVar("T")
+logger = logging.getLogger("streambed.verify")
 
 
 @dataclass
@@ -107,11 +110,17 @@ def verify(settings: Settings, tables: Sequence[str], timeout: float, progress: 
     catalog = open_catalog(settings)
     with StateStore(settings.state_path) as state:
         names = _names(state, tables)
+        begun = time.monotonic()
         cut = Cut.take(settings.source_url, settings.publication, set(names))
         try:
+            log(logger, "verify snapshot taken", lsn=format_lsn(cut.target), seconds=_since(begun))
             _wait(state, names, cut.target, timeout, lambda: _acknowledged(settings))
             plans = {name: lake.lake_table(catalog.load_table(name), cut.target) for name in names}
-            cut.read_until({n: p.lsn for n, p in plans.items() if p.lsn > cut.target}, timeout)
+            limits = {n: p.lsn for n, p in plans.items() if p.lsn > cut.target}
+            log(logger, "verify: the lake holds the snapshot's LSN", seconds=_since(begun))
+            cut.read_until(limits, timeout)
+            if limits:
+                log(logger, "verify: changes after the snapshot read", seconds=_since(begun))
             results = []
             for name in names:
                 started = time.monotonic()
@@ -123,6 +132,10 @@ def verify(settings: Settings, tables: Sequence[str], timeout: float, progress: 
         finally:
             cut.close()
     return Report(results, cut.target)
+
+
+def _since(begun: float) -> str:
+    return f"{time.monotonic() - begun:.2f}"
 
 
 def _progress(out: TextIO, r: TableResult) -> None:

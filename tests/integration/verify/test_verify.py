@@ -189,6 +189,22 @@ def test_bad_names_and_timeout(deployment: Deployment) -> None:
     assert "schema-qualified" in result.stderr
 
 
+def test_table_being_copied_is_waited_for(deployment: Deployment) -> None:
+    """A resync requested just before: verify waits for the copy, then compares."""
+    requested = subprocess.run(
+        [sys.executable, "-m", "streambed.cli", "resync", "public.load"],
+        env={**os.environ, **deployment.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert requested.returncode == 0, requested.stdout + requested.stderr
+    deployment.execute("INSERT INTO public.load VALUES (-1, -1, 'during the copy')")
+    result = deployment.verify("public.load")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "public.load: " in result.stdout and "1 equal, 0 differ" in result.stdout
+
+
 def test_diverged_lake_is_named(deployment: Deployment) -> None:
     """Changes the slot was advanced past never reach the lake: verify finds each one."""
     assert deployment.proc.stop(60) == 0
