@@ -10,7 +10,14 @@ from collections.abc import Sequence
 
 from streambed import __version__
 from streambed.config import Settings
-from streambed.errors import EXIT_FATAL, EXIT_INTERRUPTED, EXIT_OK, StreambedError, exit_code
+from streambed.errors import (
+    EXIT_FATAL,
+    EXIT_INTERRUPTED,
+    EXIT_MANUAL,
+    EXIT_OK,
+    StreambedError,
+    exit_code,
+)
 from streambed.log import setup
 
 logger = logging.getLogger("streambed")
@@ -19,7 +26,8 @@ EPILOG = """exit codes:
   0    stopped cleanly (SIGINT/SIGTERM: committed changes flushed and acknowledged)
   1    internal error or corrupt input (a bug: report it)
   2    configuration error (the message names the variable and the fix)
-  3    the source, lake or state needs an operator (the message says what to do)
+  3    the source, lake or state needs an operator (the message says what to do);
+       `verify`: a table differs
   130  interrupted before start-up finished
 
 Configuration is read from STREAMBED_* environment variables; see docs/configuration.md."""
@@ -83,6 +91,28 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--dry-run", action="store_true", help="list what would be deleted; delete nothing"
     )
+    verify = commands.add_parser(
+        "verify",
+        help="compare the lake with the source at one LSN, online; exit 3 when they differ",
+        description="Take a snapshot of the source at a known LSN, wait until the lake holds "
+        "every TABLE (all replicated tables when none is named) up to it, and compare them "
+        "through hashes of buckets of keys, then row by row. Prints a line per table, then "
+        "each differing table with its first differing keys and the `streambed resync` "
+        "that repairs it. Exit 0 when every table is equal, 3 when one differs.",
+    )
+    verify.add_argument(
+        "tables",
+        metavar="TABLE",
+        nargs="*",
+        help='schema-qualified name as SQL writes it: public.orders, "Sales"."Order Items"',
+    )
+    verify.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        default=300.0,
+        help="how long to wait for the lake to reach the source's LSN (default 300)",
+    )
     commands.add_parser(
         "status",
         help="print each table's state and frontier, and the slot's lag",
@@ -99,6 +129,16 @@ def _hours(text: str) -> float:
     if not hours >= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the age must be 0 hours or more")
     return hours
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be above 0 seconds")
+    return seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,6 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "sweep":
             seconds = None if args.older_than is None else args.older_than * 3600
             app.sweep(settings, seconds, dry_run=args.dry_run, out=sys.stdout)
+        elif args.command == "verify":
+            from streambed.verify.run import verify
+
+            report = verify(settings, args.tables, args.timeout, sys.stdout)
+            sys.stdout.write(report.text())
+            if report.differs:
+                return EXIT_MANUAL
         else:
             sys.stdout.write(app.status(settings))
     except StreambedError as e:

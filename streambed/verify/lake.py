@@ -1,0 +1,175 @@
+"""The lake side of `streambed verify`: which Iceberg snapshot holds a table at an LSN, and
+the table read at it with DuckDB, its values rendered as Postgres text by the query
+server's own encoder (`streambed.server.pgtypes.encode_text_column`), so each value's text
+is the one a client of the query port reads and equals the source's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import duckdb
+import pyarrow as pa
+
+from streambed.config import Settings
+from streambed.lake.commit import SUMMARY_LSN
+from streambed.lake.tables import PROP_KEY
+from streambed.server.extensions import load_extensions
+from streambed.server.pgtypes import encode_text_column, pg_type_for_arrow
+from streambed.verify import hashing
+from streambed.verify.hashing import Bucket, Row, Summary
+
+BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    metadata_location: str
+    snapshot_id: int | None  # None: no snapshot at or before the LSN (no rows)
+    lsn: int  # the snapshot's `streambed.lsn`: it holds the source at this LSN
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+
+
+def choose(table: Any, target: int) -> tuple[int | None, int]:
+    """(snapshot id, its LSN) that holds a pyiceberg table at `target` exactly, or at the
+    lowest LSN above it: the newest snapshot whose `streambed.lsn` is <= target when no
+    snapshot has a higher one (the table had no change since: it holds the table at
+    target), else the newest of those with the lowest LSN above target (the flush that may
+    hold changes committed up to target together with later ones). (None, target) when the
+    table has no snapshot at all."""
+    at: list[tuple[int, int, int]] = []
+    above: list[tuple[int, int, int]] = []
+    for snapshot in table.metadata.snapshots:
+        raw = snapshot.summary.get(SUMMARY_LSN) if snapshot.summary is not None else None
+        if raw is None:
+            continue
+        entry = (int(raw), snapshot.timestamp_ms, snapshot.snapshot_id)
+        (above if entry[0] > target else at).append(entry)
+    if above:
+        lowest = min(e[0] for e in above)
+        best = max(e for e in above if e[0] == lowest)
+        return best[2], best[0]
+    if at:
+        best = max(at)
+        return best[2], target
+    return None, target
+
+
+def lake_table(table: Any, target: int) -> LakeTable:
+    snapshot_id, lsn = choose(table, target)
+    schema = table.schema()
+    if snapshot_id is not None:
+        schema_id = table.snapshot_by_id(snapshot_id).schema_id
+        schema = table.schemas().get(schema_id, schema) if schema_id is not None else schema
+    columns = tuple(f.name for f in schema.fields)
+    key = tuple(json.loads(table.properties.get(PROP_KEY, "[]")))
+    return LakeTable(table.metadata_location, snapshot_id, lsn, columns, key)
+
+
+def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
+    conn = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    load_extensions(conn)
+    conn.execute("SET TimeZone = 'UTC'")
+    if settings.on_s3:
+        options = ["TYPE s3", f"REGION {_literal(settings.s3_region)}"]
+        if settings.s3_access_key_id:
+            options += [
+                f"KEY_ID {_literal(settings.s3_access_key_id)}",
+                f"SECRET {_literal(settings.s3_secret_access_key)}",
+            ]
+        if settings.s3_endpoint:
+            endpoint = urlsplit(settings.s3_endpoint)
+            options += [
+                f"ENDPOINT {_literal(endpoint.netloc or settings.s3_endpoint)}",
+                "URL_STYLE 'path'",
+                f"USE_SSL {'true' if endpoint.scheme == 'https' else 'false'}",
+            ]
+        conn.execute(f"CREATE SECRET streambed_verify_s3 ({', '.join(options)})")
+    return conn
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _batches(conn: duckdb.DuckDBPyConnection, table: LakeTable) -> Iterator[pa.RecordBatch]:
+    if table.snapshot_id is None or not table.columns:
+        return
+    listed = ", ".join('"' + c.replace('"', '""') + '"' for c in table.columns)
+    reader = conn.execute(
+        f"SELECT {listed} FROM iceberg_scan(?, snapshot_from_id := ?)",
+        [table.metadata_location, table.snapshot_id],
+    ).fetch_record_batch(BATCH_ROWS)
+    yield from reader
+
+
+def _rows(
+    conn: duckdb.DuckDBPyConnection, table: LakeTable
+) -> Iterator[tuple[str, tuple[bytes | None, ...], tuple[bytes | None, ...]]]:
+    """(key digest, key text, row text) of every row."""
+    index = [table.columns.index(k) for k in table.key]
+    for batch in _batches(conn, table):
+        columns = [
+            encode_text_column(batch.column(i), pg_type_for_arrow(batch.column(i).type))
+            for i in range(batch.num_columns)
+        ]
+        for values in zip(*columns, strict=True):
+            key = tuple(values[i] for i in index) if index else values
+            yield hashing.key_digest(hashing.row_form(key)), key, values
+
+
+def summary(
+    conn: duckdb.DuckDBPyConnection, table: LakeTable, parent: Bucket, modulus: int
+) -> Summary:
+    """Rows and hash sum per bucket: each batch rendered as Postgres text in Python (the
+    query server's encoder), then hashed and summed by DuckDB, vectorized."""
+    offset, _ = hashing.child_step(parent, modulus)
+    names = [f"c{i}" for i in range(len(table.columns))]
+    key = [names[table.columns.index(k)] for k in table.key] if table.key else names
+    query = (
+        f"SELECT {hashing.duck_step('d', offset, modulus)} AS b, count(*) AS n, "
+        f"sum({hashing.DUCK_ROW_HASH.format(digest='r')}) AS s FROM (SELECT "
+        f"md5({hashing.duck_row_form(key)}) AS d, md5({hashing.duck_row_form(names)}) AS r "
+        f"FROM verify_batch) WHERE {hashing.duck_bucket('d', parent)} GROUP BY b"
+    )
+    sums: dict[int, list[int]] = {}
+    hasher = duckdb.connect()
+    try:
+        for batch in _batches(conn, table):
+            texts = pa.table(
+                [
+                    pa.array(
+                        encode_text_column(column, pg_type_for_arrow(column.type)), pa.string()
+                    )
+                    for column in batch.columns
+                ],
+                names=names,
+            )
+            hasher.register("verify_batch", texts)
+            for b, n, s in hasher.execute(query).fetchall():
+                entry = sums.setdefault(int(b), [0, 0])
+                entry[0] += int(n)
+                entry[1] += int(s)
+            hasher.unregister("verify_batch")
+    finally:
+        hasher.close()
+    return {b: (n, s) for b, (n, s) in sums.items()}
+
+
+def rows(conn: duckdb.DuckDBPyConnection, table: LakeTable, buckets: Sequence[Bucket]) -> list[Row]:
+    out: list[Row] = []
+    if not buckets:
+        return out
+    wanted = hashing.BucketSet(buckets)
+    for digest, key, values in _rows(conn, table):
+        if digest in wanted:
+            out.append(Row(_text(key), _text(values), hashing.row_hash(hashing.row_form(values))))
+    return out
+
+
+def _text(values: Sequence[bytes | None]) -> tuple[str | None, ...]:
+    return tuple(None if v is None else v.decode() for v in values)
