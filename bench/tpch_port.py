@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ class Static:
 
 def generate(sf: float) -> tuple[duckdb.DuckDBPyConnection, list[tuple[int, str]]]:
     """An in-memory DuckDB holding TPC-H at scale `sf`, and the 22 queries."""
-    conn = duckdb.connect(config=offline_config())
+    conn = duckdb.connect(config=dict(offline_config()))
     conn.execute(f"LOAD '{extension_path('tpch')}'")
     conn.execute(f"CALL dbgen(sf={sf})")
     queries = conn.execute("SELECT query_nr, query FROM tpch_queries() ORDER BY 1").fetchall()
@@ -79,7 +80,7 @@ def write_iceberg(
 
 
 def in_process(locations: dict[str, str]) -> duckdb.DuckDBPyConnection:
-    conn = duckdb.connect(config=offline_config())
+    conn = duckdb.connect(config=dict(offline_config()))
     load_extensions(conn)
     for name, location in locations.items():
         conn.execute(f"CREATE VIEW {name} AS SELECT * FROM iceberg_scan('{location}')")
@@ -90,6 +91,14 @@ def seconds(run: Callable[[], Any]) -> float:
     started = time.perf_counter()
     run()
     return time.perf_counter() - started
+
+
+def fetch_local(conn: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
+    return conn.execute(sql).fetchall()
+
+
+def fetch_port(conn: psycopg.Connection[Any], sql: str) -> list[Any]:
+    return conn.execute(sql).fetchall()
 
 
 def breakdown(db: LakeDatabase, sql: str, repeat: int) -> dict[str, float]:
@@ -106,7 +115,8 @@ def breakdown(db: LakeDatabase, sql: str, repeat: int) -> dict[str, float]:
             started = time.perf_counter()
             stmt = sqlparse.parse_sql(sql)[0].stmt
             note("parse", time.perf_counter() - started)
-            note("guard", seconds(lambda s=stmt: session._check(s)))
+            assert stmt is not None
+            note("guard", seconds(partial(session._check, stmt)))
             started = time.perf_counter()
             text, params, names = session._prepare_select(sql, stmt, [])
             note("rewrite", time.perf_counter() - started)
@@ -154,12 +164,8 @@ def main() -> None:
             best_port = dict(best_local)
             for _ in range(args.repeat):
                 for n, sql in queries:
-                    best_local[n] = min(
-                        best_local[n], seconds(lambda q=sql: local.execute(q).fetchall())
-                    )
-                    best_port[n] = min(
-                        best_port[n], seconds(lambda q=sql: wire.execute(q).fetchall())
-                    )
+                    best_local[n] = min(best_local[n], seconds(partial(fetch_local, local, sql)))
+                    best_port[n] = min(best_port[n], seconds(partial(fetch_port, wire, sql)))
             print(f"best of {args.repeat}, interleaved; port: psycopg text format over TCP\n")
             header = ("refresh", "parse", "guard", "rewrite", "execute", "plain", "wire")
             print(
