@@ -12,12 +12,12 @@ then runs the 22 standard queries, interleaved, best of `--repeat`:
 
 Prints per-query times, the ratio port / in-process, the geometric mean and the goal check
 (geometric mean <= 1.2, no query above 1.5), and the same ratio in CPU time of the process
-(client, server and DuckDB threads), which a loaded machine disturbs less than wall time. Then, per query, where the port's time goes,
-measured by calling the session's steps directly (best of `--repeat` each): parse
-(pglast), guard (allow-list), rewrite (Postgres semantics into DuckDB SQL), DuckDB running
-the rewritten text to an Arrow table, the same for the client's text unrewritten (what the
-rewrite costs in the plan), and the rest of the port's time (encoding rows, the wire,
-psycopg decoding).
+(client, server and DuckDB threads), which a loaded machine disturbs less than wall time.
+Then, per query, where the port's time goes, measured by calling the session's steps
+directly (best of `--repeat` each, after the timed runs): parse (pglast), guard
+(allow-list), rewrite (Postgres semantics into DuckDB SQL), DuckDB running the rewritten
+text to an Arrow table, the same for the client's text unrewritten (what the rewrite costs
+in the plan), and the rest of the port's time (encoding rows, the wire, psycopg decoding).
 """
 
 from __future__ import annotations
