@@ -992,20 +992,20 @@ class DbSession:
         """Start `sql` on `conn`: Postgres column descriptions and the batch stream, or None
         for a statement without rows. `redact`: strip server paths from the rows (EXPLAIN)."""
         batch_rows = self._db.settings.batch_rows
+        # execute() plans the query once and streams its result (the reader pulls batches as
+        # they are sent; memory stays bounded); conn.sql() would bind it once to make a
+        # relation and again to run it (about a tenth of a TPC-H query at SF0.1), and holds
+        # the GIL while it gathers a parameterized result. No description: no rows.
         if params:
-            # Both ways run a parameterized query to the end inside the call; sql() holds
-            # the GIL while it gathers the result (a third of the time, measured), stalling
-            # every other thread of the process, execute() releases it throughout.
             conn.execute(sql, params)
-            description = conn.description or []
-            reader = conn.to_arrow_reader(batch_rows)
         else:
-            # None for statements that return no rows (stubs say otherwise)
-            relation: duckdb.DuckDBPyRelation | None = conn.sql(sql)
-            if relation is None:
-                return None
-            description = relation.description
-            reader = relation.to_arrow_reader(batch_rows)
+            conn.execute(sql)
+        # (stubs say description is never None)
+        described: list[Any] | None = conn.description
+        if described is None:
+            return None
+        description = described
+        reader = conn.to_arrow_reader(batch_rows)
         actual = [str(d[0]) for d in description]
         renames = rewrite.rename_map(names, actual)
         final_names = [renames.get(i, n) for i, n in enumerate(actual)]

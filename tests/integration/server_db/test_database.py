@@ -332,6 +332,21 @@ def test_streams_batches_without_row_cap(db: LakeDatabase) -> None:
     assert result.command_tag == "SELECT 300000"
 
 
+@pytest.mark.parametrize("params", [None, [0]])
+def test_result_streams_before_the_query_ends(db: LakeDatabase, params: Any) -> None:
+    # 10^10 rows: run to the end (or materialized) this would take hours and all memory
+    session = db.session()
+    sql = "SELECT i FROM range(10000000000) t(i)" + (" WHERE i >= $1" if params else "")
+    started = time.monotonic()
+    result = session.execute(sql, params)
+    first = next(iter(result))
+    result.close()
+    assert first.num_rows > 0
+    assert first.column(0)[0].as_py() == 0
+    assert time.monotonic() - started < 20
+    assert session.execute("SELECT 1").rows() == [(1,)]
+
+
 def test_set_show_reset(db: LakeDatabase) -> None:
     session = db.session()
     session.execute("SET TimeZone TO 'Europe/Paris'")
