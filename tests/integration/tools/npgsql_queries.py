@@ -11,9 +11,6 @@ VERSION = "SELECT version();"
 LOAD_TYPES = """
 SELECT ns.nspname, t.oid, t.typname, t.typtype, t.typnotnull, t.elemtypoid
 FROM (
-    -- Arrays have typtype=b - this subquery identifies them by their typreceive and converts their typtype to a
-    -- We first do this for the type (innerest-most subquery), and then for its element type
-    -- This also returns the array element, range subtype and domain base type as elemtypoid
     SELECT
         typ.oid, typ.typnamespace, typ.typname, typ.typtype, typ.typrelid, typ.typnotnull, typ.relkind,
         elemtyp.oid AS elemtypoid, elemtyp.typname AS elemtypname, elemcls.relkind AS elemrelkind,
@@ -40,26 +37,25 @@ FROM (
 ) AS t
 JOIN pg_namespace AS ns ON (ns.oid = typnamespace)
 WHERE
-    (typtype IN ('b', 'r', 'm', 'e', 'd') OR -- Base, range, multirange, enum, domain
-    (typtype = 'c' AND relkind='c') OR -- User-defined free-standing composites (not table composites) by default
-    (typtype = 'p' AND typname IN ('record', 'void', 'unknown')) OR -- Some special supported pseudo-types
-    (typtype = 'a' AND (  -- Array of...
-        elemtyptype IN ('b', 'r', 'm', 'e', 'd') OR -- Array of base, range, multirange, enum, domain
-        (elemtyptype = 'p' AND elemtypname IN ('record', 'void')) OR -- Arrays of special supported pseudo-types
-        (elemtyptype = 'c' AND elemrelkind='c') -- Array of user-defined free-standing composites (not table composites) by default
+    (typtype IN ('b', 'r', 'm', 'e', 'd') OR
+    (typtype = 'c' AND relkind='c') OR
+    (typtype = 'p' AND typname IN ('record', 'void', 'unknown')) OR
+    (typtype = 'a' AND (
+        elemtyptype IN ('b', 'r', 'm', 'e', 'd') OR
+        (elemtyptype = 'p' AND elemtypname IN ('record', 'void')) OR
+        (elemtyptype = 'c' AND elemrelkind='c')
     )))
 ORDER BY CASE
-       WHEN typtype IN ('b', 'e', 'p') THEN 0           -- First base types, enums, pseudo-types
-       WHEN typtype = 'c' THEN 1                        -- Composites after (fields loaded later in 2nd pass)
-       WHEN typtype = 'r' THEN 2                        -- Ranges after
-       WHEN typtype = 'm' THEN 3                        -- Multiranges after
-       WHEN typtype = 'd' AND elemtyptype <> 'a' THEN 4 -- Domains over non-arrays after
-       WHEN typtype = 'a' THEN 5                        -- Arrays after
-       WHEN typtype = 'd' AND elemtyptype = 'a' THEN 6  -- Domains over arrays last
+       WHEN typtype IN ('b', 'e', 'p') THEN 0
+       WHEN typtype = 'c' THEN 1
+       WHEN typtype = 'r' THEN 2
+       WHEN typtype = 'm' THEN 3
+       WHEN typtype = 'd' AND elemtyptype <> 'a' THEN 4
+       WHEN typtype = 'a' THEN 5
+       WHEN typtype = 'd' AND elemtyptype = 'a' THEN 6
 END;"""
 
 LOAD_COMPOSITES = """
--- Load field definitions for (free-standing) composite types
 SELECT typ.oid, att.attname, att.atttypid
 FROM pg_type AS typ
 JOIN pg_namespace AS ns ON (ns.oid = typ.typnamespace)
@@ -67,12 +63,11 @@ JOIN pg_class AS cls ON (cls.oid = typ.typrelid)
 JOIN pg_attribute AS att ON (att.attrelid = typ.typrelid)
 WHERE
   (typ.typtype = 'c' AND cls.relkind='c') AND
-  attnum > 0 AND     -- Don't load system attributes
+  attnum > 0 AND
   NOT attisdropped
 ORDER BY typ.oid, att.attnum;"""
 
 LOAD_ENUMS = """
--- Load enum fields
 SELECT typ.oid, enumlabel
 FROM pg_enum
 JOIN pg_type AS typ ON typ.oid = enumtypid
