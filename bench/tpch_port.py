@@ -53,9 +53,9 @@ class Static:
         return self.watermark
 
 
-def generate(sf: float) -> tuple[duckdb.DuckDBPyConnection, list[tuple[int, str]]]:
+def generate(sf: float, root: Path) -> tuple[duckdb.DuckDBPyConnection, list[tuple[int, str]]]:
     """An in-memory DuckDB holding TPC-H at scale `sf`, and the 22 queries."""
-    conn = duckdb.connect(config=dict(offline_config()))
+    conn = duckdb.connect(config=dict(offline_config(str(root / "ext-dbgen"))))
     conn.execute(f"LOAD '{extension_path('tpch')}'")
     conn.execute(f"CALL dbgen(sf={sf})")
     queries = conn.execute("SELECT query_nr, query FROM tpch_queries() ORDER BY 1").fetchall()
@@ -80,8 +80,8 @@ def write_iceberg(
     return catalog, locations
 
 
-def in_process(locations: dict[str, str]) -> duckdb.DuckDBPyConnection:
-    conn = duckdb.connect(config=dict(offline_config()))
+def in_process(locations: dict[str, str], root: Path) -> duckdb.DuckDBPyConnection:
+    conn = duckdb.connect(config=dict(offline_config(str(root / "ext-local"))))
     load_extensions(conn)
     for name, location in locations.items():
         conn.execute(f"CREATE VIEW {name} AS SELECT * FROM iceberg_scan('{location}')")
@@ -152,7 +152,7 @@ def main() -> None:
     chosen = {int(q) for q in args.queries.split(",") if q}
     with tempfile.TemporaryDirectory(prefix="streambed-tpch-") as tmp:
         started = time.perf_counter()
-        source, queries = generate(args.sf)
+        source, queries = generate(args.sf, Path(tmp))
         catalog, locations = write_iceberg(source, Path(tmp))
         source.close()
         queries = [(n, q) for n, q in queries if not chosen or n in chosen]
@@ -166,7 +166,7 @@ def main() -> None:
         )
         db.refresh()
         server = QueryServer(ServerOptions(port=0), db).start()
-        local = in_process(locations)
+        local = in_process(locations, Path(tmp))
         wire = psycopg.connect(
             f"host=127.0.0.1 port={server.port} user=bench dbname=streambed sslmode=disable",
             autocommit=True,

@@ -8,7 +8,6 @@ DuckDB download or autoload anything.
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 from pathlib import Path
 
 import duckdb
@@ -38,11 +37,11 @@ def extension_path(name: str) -> Path:
     return found[0]
 
 
-def offline_config(extension_directory: str | None = None) -> dict[str, str | bool]:
-    """DuckDB connection config that never touches the network for extensions."""
-    directory = extension_directory or tempfile.mkdtemp(prefix="streambed-duckdb-ext-")
+def offline_config(extension_directory: str) -> dict[str, str | bool]:
+    """DuckDB connection config that never touches the network for extensions;
+    `extension_directory` is the caller's to remove (DuckDB may write into it)."""
     return {
-        "extension_directory": directory,
+        "extension_directory": extension_directory,
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
     }
