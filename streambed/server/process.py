@@ -19,13 +19,16 @@ and for `streambed serve`, which runs it in its own process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
 import signal
 import socket
 import sys
+import tempfile
 import threading
+from pathlib import Path
 from typing import IO, Any, Final
 
 from streambed.config import Settings
@@ -33,6 +36,7 @@ from streambed.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, ConfigError
 from streambed.log import setup
 from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.refresher import ViewRefresher
+from streambed.server.supervisor import SCRATCH_PREFIX
 from streambed.server.wire.server import QueryServer, ServerOptions
 from streambed.state.store import StateStore
 
@@ -113,6 +117,12 @@ def serve(settings: Settings, listener: socket.socket, commits: IO[bytes]) -> No
         server.stop()
         database.close()  # removes its scratch directory
         state.close()
+        # the TMPDIR the supervisor made for this process, empty now; the supervisor
+        # removes it too, but not when it was killed first
+        scratch = tempfile.gettempdir()
+        if Path(scratch).name.startswith(SCRATCH_PREFIX):
+            with contextlib.suppress(OSError):
+                os.rmdir(scratch)
 
 
 def main(argv: list[str]) -> int:

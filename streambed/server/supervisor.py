@@ -26,12 +26,14 @@ import contextlib
 import logging
 import os
 import pickle
+import shutil
 import signal
 import site
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +47,9 @@ from streambed.listen import listen
 from streambed.log import LiveRegion, log, terminal
 
 logger = logging.getLogger("streambed.server")
+
+# the child's TMPDIR, one per child (`QuerySupervisor._launch`)
+SCRATCH_PREFIX: Final = "streambed-query-"
 
 COMMAND: Final = (
     # SIGINT ignored before DuckDB and the rest load (a second or two): Ctrl-C reaches the
@@ -119,6 +124,9 @@ class QuerySupervisor:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None  # the write end of the child's stdin
+        # the child's TMPDIR (DuckDB's scratch and spill files): removed when it exits, as a
+        # crashed or killed child cannot remove it itself
+        self._scratch: str | None = None
         self._started_at = 0.0
         self._stopping = False  # stop(): under _lock
         self._shutting_down = False  # a signal: set without a lock (see `stop_on_signals`)
@@ -180,6 +188,7 @@ class QuerySupervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 returncode = proc.wait()
+            self._remove_scratch()
             log(logger, "query process stopped", pid=proc.pid, **exit_fields(returncode))
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -191,6 +200,7 @@ class QuerySupervisor:
         """Start a child (under `_lock`)."""
         fd = self.listener.fileno()
         region = terminal()
+        self._scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
         proc = subprocess.Popen(
             [sys.executable, "-c", COMMAND, str(fd)],
             stdin=subprocess.PIPE,
@@ -198,7 +208,7 @@ class QuerySupervisor:
             # foot (the copy progress) through the parent, which writes them above those
             stderr=subprocess.PIPE if region.live else None,
             pass_fds=(fd,),
-            env=self._env,
+            env={**self._env, "TMPDIR": self._scratch},
         )
         assert proc.stdin is not None
         if proc.stderr is not None:
@@ -219,6 +229,12 @@ class QuerySupervisor:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
 
+    def _remove_scratch(self) -> None:
+        """After the child exited: its temporary files."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
     def _watch(self) -> None:
         while True:
             proc = self._proc
@@ -228,6 +244,7 @@ class QuerySupervisor:
                 if self._stopping:
                     return
                 self._close_pipe()
+                self._remove_scratch()
                 self._proc = None
                 if self._shutting_down:
                     log(logger, "query process ended during shutdown", **exit_fields(returncode))

@@ -119,6 +119,11 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _environment(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
 def gone(pid: int) -> bool:
     """Whether `pid` has exited (a zombie nobody reaped yet has exited)."""
     try:
@@ -151,6 +156,8 @@ def test_a_crashed_query_process_is_restarted_while_replication_goes_on(
     assert iso.run.proc is not None
     parent = iso.run.proc.pid
     child = only_query_process(iso)
+    scratch = _environment(child)["TMPDIR"]  # DuckDB's scratch and spill files go there
+    assert Path(scratch).is_dir()
     before = iso.source_count()
     offset = len(iso.run.logs())
     with psycopg.connect(iso.conninfo, autocommit=True) as session:
@@ -179,6 +186,7 @@ def test_a_crashed_query_process_is_restarted_while_replication_goes_on(
     assert started is not None, logs
     assert iso.run.running and iso.run.proc.pid == parent
     assert only_query_process(iso) == int(started[1]) != child
+    assert not Path(scratch).exists()  # the crashed process's files are removed for it
     # the commits of the running pipeline reach the new process: each shows at once
     iso.execute(f"INSERT INTO public.notes VALUES ({before + 2}, 'next')")
     wait_until(lambda: lake_has(iso.conninfo, COUNT, before + 2), 30, "the next row", iso.run)
@@ -244,8 +252,10 @@ def test_sigterm_stops_the_query_process_without_restarting_it(isolated: Isolate
 def test_the_query_process_ends_with_its_killed_parent(isolated: Isolated) -> None:
     iso = isolated.running()
     child = only_query_process(iso)
+    scratch = _environment(child)["TMPDIR"]
     iso.run.kill()  # SIGKILL: the parent cleans nothing up
     wait_until(lambda: gone(child), 30, "the query process to end")
+    assert not Path(scratch).exists()  # the child removed its own files
     # no process holds the port any more: the next `streambed run` can have it
     with socket.create_server(("127.0.0.1", iso.port)):
         pass
