@@ -3,49 +3,28 @@ ResultSetMetaData, against the source Postgres and the query server."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.jdbc import compile_probe, needs_jdbc, run_probe
 from tests.integration.clients.conftest import Setup
 
-JAR = Path("/usr/share/java/postgresql.jar")
 PROBE = Path(__file__).with_name("TypesProbe.java")
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        not JAR.exists() or shutil.which("javac") is None,
-        reason="needs javac and libpostgresql-jdbc-java (scripts/system-deps.sh installs them)",
-    ),
-]
+
+pytestmark = [pytest.mark.integration, needs_jdbc]
 
 
 def _probe(classes: Path, port: int, database: str, user: str, password: str) -> dict[str, str]:
     url = f"jdbc:postgresql://127.0.0.1:{port}/{database}"
-    done = subprocess.run(
-        ["java", "-cp", f"{classes}:{JAR}", "TypesProbe", url, user, password],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return run_probe(classes, PROBE.stem, url, user, password)
 
 
 @pytest.fixture(scope="module")
 def answers(
     setup: Setup, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[dict[str, str], dict[str, str]]:
-    classes = tmp_path_factory.mktemp("jdbc-types")
-    subprocess.run(
-        ["javac", "-cp", str(JAR), "-d", str(classes), str(PROBE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    classes = compile_probe(PROBE, tmp_path_factory.mktemp("jdbc-types"))
     expected = _probe(
         classes, setup.source_port, setup.source_database, setup.source_user, setup.source_password
     )

@@ -3,47 +3,23 @@ DatabaseMetaData (what DBeaver, Metabase and Tableau use) and running prepared s
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from streambed.server.wire.server import QueryServer
+from tests.fixtures.jdbc import compile_probe, needs_jdbc, run_probe
 from tests.integration.wire.conftest import ITEM_ROWS, PASSWORD, USER
 
-JAR = Path("/usr/share/java/postgresql.jar")
 PROBE = Path(__file__).with_name("JdbcProbe.java")
-pytestmark = pytest.mark.skipif(
-    not JAR.exists() or shutil.which("javac") is None,
-    reason="needs javac and libpostgresql-jdbc-java (scripts/system-deps.sh installs them)",
-)
+pytestmark = needs_jdbc
 
 
 @pytest.fixture(scope="module")
-def probe_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("jdbc")
-    subprocess.run(
-        ["javac", "-cp", str(JAR), "-d", str(out), str(PROBE)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return out
-
-
-@pytest.fixture(scope="module")
-def results(server: QueryServer, probe_classes: Path) -> dict[str, str]:
+def results(server: QueryServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    classes = compile_probe(PROBE, tmp_path_factory.mktemp("jdbc"))
     url = f"jdbc:postgresql://127.0.0.1:{server.port}/streambed"
-    done = subprocess.run(
-        ["java", "-cp", f"{probe_classes}:{JAR}", "JdbcProbe", url, USER, PASSWORD],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return run_probe(classes, PROBE.stem, url, USER, PASSWORD)
 
 
 def test_metadata_and_queries(results: dict[str, str]) -> None:
