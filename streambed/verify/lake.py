@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import duckdb
 import pyarrow as pa
@@ -19,6 +18,7 @@ from streambed.lake.commit import SUMMARY_LSN
 from streambed.lake.tables import PROP_KEY
 from streambed.server.extensions import load_extensions
 from streambed.server.pgtypes import encode_text_column, pg_type_for_arrow
+from streambed.storage.s3 import S3Access
 from streambed.verify import hashing
 from streambed.verify.hashing import Bucket, Row, Summary
 
@@ -75,25 +75,8 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     load_extensions(conn)
     conn.execute("SET TimeZone = 'UTC'")
     if settings.on_s3:
-        options = ["TYPE s3", f"REGION {_literal(settings.s3_region)}"]
-        if settings.s3_access_key_id:
-            options += [
-                f"KEY_ID {_literal(settings.s3_access_key_id)}",
-                f"SECRET {_literal(settings.s3_secret_access_key)}",
-            ]
-        if settings.s3_endpoint:
-            endpoint = urlsplit(settings.s3_endpoint)
-            options += [
-                f"ENDPOINT {_literal(endpoint.netloc or settings.s3_endpoint)}",
-                "URL_STYLE 'path'",
-                f"USE_SSL {'true' if endpoint.scheme == 'https' else 'false'}",
-            ]
-        conn.execute(f"CREATE SECRET streambed_verify_s3 ({', '.join(options)})")
+        conn.execute(S3Access.from_settings(settings).duckdb_secret("streambed_verify_s3"))
     return conn
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def _batches(conn: duckdb.DuckDBPyConnection, table: LakeTable) -> Iterator[pa.RecordBatch]:

@@ -11,26 +11,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow as pa
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 
 from streambed.server.database import DatabaseSettings, DbSession, LakeDatabase
 from streambed.server.wire.server import QueryServer, ServerOptions
 from tests.fixtures.postgres import ThrowawayPostgres
-from tests.integration.server_db.conftest import (
-    CUSTOMERS,
-    LINES,
-    ORDERS,
-    FakeSnapshots,
-    Lake,
-    lines_rows,
-    orders_rows,
-)
+from tests.integration.server_db.conftest import FakeSnapshots, make_lake
 
 POSTGRES_SCHEMA = """
 CREATE SCHEMA sales;
@@ -135,25 +124,8 @@ class Pair:
 def pair(pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     dbname = "tools_" + uuid.uuid4().hex[:8]
     pg_server.create_database(dbname)
-    tmp: Path = tmp_path_factory.mktemp("lake")
-    warehouse = tmp / "warehouse"
-    warehouse.mkdir()
-    catalog = SqlCatalog(
-        "test", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=warehouse.as_uri()
-    )
-    catalog.create_namespace("public")
-    catalog.create_namespace("sales")
-    lake = Lake(catalog, warehouse)
-    for name, schema in (
-        ("public.orders", ORDERS),
-        ("sales.order_lines", LINES),
-        ("sales.customers", CUSTOMERS),
-    ):
-        lake.tables[name] = catalog.create_table(name, schema)
-    lake.append("public.orders", orders_rows([1, 2, 3]), lsn=0x100)
-    lake.append("sales.order_lines", lines_rows([(1, 1), (1, 2), (2, 1)]), lsn=0x100)
-    customers = pa.table({"code": ["a", "b"], "name": ["Alice", None]}, schema=CUSTOMERS.as_arrow())
-    lake.append("sales.customers", customers, lsn=0x100)
+    lake = make_lake(tmp_path_factory.mktemp("lake"))
+    warehouse = lake.warehouse
     database = LakeDatabase(
         DatabaseSettings(warehouse=warehouse.as_uri()), FakeSnapshots(lake.watermark())
     )
