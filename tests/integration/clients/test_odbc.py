@@ -5,6 +5,7 @@ server."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,13 +26,16 @@ pytestmark = [
 ]
 
 
-def _probe(port: int, database: str, user: str, password: str) -> dict[str, Any]:
+def _probe(
+    port: int, database: str, user: str, password: str, env: dict[str, str]
+) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(PROBE), "127.0.0.1", str(port), database, user, password],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     assert done.returncode == 0, f"the ODBC client failed ({done.returncode}): {done.stderr}"
     answer: dict[str, Any] = json.loads(done.stdout)
@@ -39,11 +43,18 @@ def _probe(port: int, database: str, user: str, password: str) -> dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def answers(setup: Setup) -> tuple[dict[str, Any], dict[str, Any]]:
+def answers(
+    setup: Setup, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    # unixODBC's own configuration: Debian's odbcinst.ini turns the driver's CommLog on,
+    # which leaves a file in /tmp for every connection
+    config = tmp_path_factory.mktemp("odbc")
+    (config / "odbcinst.ini").write_text("[ODBC]\nTrace=No\n")
+    env = {**os.environ, "ODBCSYSINI": str(config)}
     expected = _probe(
-        setup.source_port, setup.source_database, setup.source_user, setup.source_password
+        setup.source_port, setup.source_database, setup.source_user, setup.source_password, env
     )
-    return expected, _probe(setup.port, setup.source_database, "x", "unused")
+    return expected, _probe(setup.port, setup.source_database, "x", "unused", env)
 
 
 def _replicated(rows: Any) -> Any:
