@@ -57,32 +57,6 @@ def names_keyword(node: Any) -> bool:
     return False
 
 
-def needs_quoting(stmt: ast.Node) -> bool:
-    """Whether anything in `stmt` names something with one of `duckdb_only_keywords`."""
-    found = False
-
-    def visit(node: Any) -> None:
-        nonlocal found
-        found = found or names_keyword(node)
-
-    _walk(stmt, visit)
-    return found
-
-
-def _walk(node: Any, visit: Any) -> None:
-    if isinstance(node, tuple | list):
-        for item in node:
-            _walk(item, visit)
-        return
-    if not isinstance(node, ast.Node) or isinstance(node, ast.A_Const):
-        return  # a constant's text is no name
-    visit(node)
-    for attr in node:
-        value = getattr(node, attr)
-        if isinstance(value, ast.Node | tuple | list):
-            _walk(value, visit)
-
-
 class QuotingStream(RawStream):
     """pglast's printer, double-quoting identifiers DuckDB would read as keywords."""
 

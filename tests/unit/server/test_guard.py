@@ -12,18 +12,14 @@ from pglast import parse_sql
 
 from streambed.server import guard
 from streambed.server.allowed_functions import SCALAR_FUNCTIONS
-from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
-
-
-class _NoTables:
-    def latest(self) -> ServedWatermark | None:
-        return None
+from streambed.server.database import DatabaseSettings, LakeDatabase
+from tests.unit.wire.conftest import NoTables
 
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeDatabase]:
     warehouse: Path = tmp_path_factory.mktemp("warehouse")
-    db = LakeDatabase(DatabaseSettings(warehouse=str(warehouse)), _NoTables())
+    db = LakeDatabase(DatabaseSettings(warehouse=str(warehouse)), NoTables())
     yield db
     db.close()
 

@@ -9,8 +9,9 @@ import pglast
 import pytest
 
 from streambed.server import pgtypes, select_list, vectors
-from streambed.server.keywords import QuotingStream, duckdb_only_keywords, needs_quoting
+from streambed.server.keywords import QuotingStream, duckdb_only_keywords
 from streambed.server.pgarray import NotOneDimensional, parse_array
+from streambed.server.rewrite import needs_rewrite
 
 
 def _parse(sql: str) -> Any:
@@ -43,12 +44,12 @@ def test_keywords_are_quoted_only_where_they_are_identifiers() -> None:
 )  # fmt: skip
 def test_quoted(sql: str, printed: str) -> None:
     stmt = _parse(sql)
-    assert needs_quoting(stmt)
+    assert needs_rewrite(stmt)  # printed with the names quoted
     assert QuotingStream()(stmt) == printed
 
 
 def test_plain_names_need_no_quoting() -> None:
-    assert not needs_quoting(_parse("select a, b from t where c = 'by'"))
+    assert not needs_rewrite(_parse("select a, b from t where c = 'by'"))
 
 
 def test_vector_subscripts_count_from_one_for_duckdb() -> None:
