@@ -12,7 +12,6 @@ from streambed.server.database import (
     QueryResult,
     ServedWatermark,
     SnapshotProvider,
-    split_statements,
 )
 from streambed.server.version import version_string
 
@@ -25,6 +24,5 @@ __all__ = [
     "QueryResult",
     "ServedWatermark",
     "SnapshotProvider",
-    "split_statements",
     "version_string",
 ]

@@ -683,15 +683,6 @@ def _column_defs(
     return tuple(out)
 
 
-def split_statements(sql: str) -> list[str]:
-    """Split a simple-query string into statements with the Postgres parser; text it cannot
-    parse stays one statement, which `DbSession.execute` answers with the syntax error."""
-    try:
-        return [s for s in sqlparse.split(sql) if s.strip()]
-    except pglast.parser.ParseError:
-        return [sql] if sql.strip() else []
-
-
 def syntax_error(error: pglast.parser.ParseError) -> QueryError:
     """Postgres's syntax error: its message and 1-based character position."""
     message = str(error.args[0]) if error.args else "syntax error"
