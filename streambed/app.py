@@ -78,6 +78,8 @@ def build_pipeline(
         resync=state.request_resync if copy else None,
         retention=Retention(settings.snapshot_retention, settings.snapshot_max),
         merge_local_bytes=settings.merge_local_bytes,
+        write_mode="copy-on-write" if settings.write_mode == "copy-on-write" else "merge-on-read",
+        rewrite_share=settings.rewrite_share,
     )
     reconcile(state, sink)
     source = PostgresSource(settings, export_snapshot=copy)

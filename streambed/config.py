@@ -178,6 +178,25 @@ class Settings:
         "every rewrite on Spark.",
         64 * 1024 * 1024,
     )
+    write_mode: str = _setting(
+        "STREAMBED_WRITE_MODE",
+        "How a flush removes updated and deleted rows from existing data files. "
+        "merge-on-read: a file loses a few rows through an Iceberg v2 position-delete file "
+        "written next to it (bytes per changed row, not per file), and is rewritten only "
+        "once STREAMBED_REWRITE_SHARE of its rows are gone; readers must apply delete files "
+        "(DuckDB, pyiceberg, Spark, Trino do). copy-on-write: every file holding a changed "
+        "row is rewritten without it (no delete files, for readers that cannot apply them).",
+        "merge-on-read",
+    )
+    rewrite_share: float = _setting(
+        "STREAMBED_REWRITE_SHARE",
+        "With STREAMBED_WRITE_MODE=merge-on-read, a data file is rewritten instead of "
+        "getting a delete file once this share of its rows (0..1, counting the rows its "
+        "pending delete files already hide) is removed: 0.2 writes at most 5 bytes per "
+        "changed byte and keeps readers from skipping more than a fifth of a file. 0 "
+        "rewrites every file that loses a row.",
+        0.2,
+    )
     spark_master: str = _setting(
         "STREAMBED_SPARK_MASTER",
         "Spark master: local[*], spark://host:7077, or sc://host:15002 (Spark Connect). A "
@@ -412,6 +431,12 @@ class Settings:
                 f"STREAMBED_MERGE_LOCAL_BYTES={self.merge_local_bytes} must be 0 (merge every "
                 "rewrite on Spark) or a positive number of bytes"
             )
+        if self.write_mode not in ("merge-on-read", "copy-on-write"):
+            out.append(
+                f"STREAMBED_WRITE_MODE={self.write_mode!r} must be merge-on-read or copy-on-write"
+            )
+        if not 0 <= self.rewrite_share <= 1:
+            out.append(f"STREAMBED_REWRITE_SHARE={self.rewrite_share!r} must be between 0 and 1")
         if self.copy_reader not in ("duckdb", "csv"):
             out.append(f"STREAMBED_COPY_READER={self.copy_reader!r} must be duckdb or csv")
         for name, hours in (

@@ -25,6 +25,7 @@ import threading
 KNOWN = frozenset(
     {
         "after_parquet_write",
+        "after_delete_files_write",
         "after_commit_before_state",
         "after_state_before_ack",
         "after_table_commit",

@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from streambed.changes import TableDelta, TableKey
@@ -52,6 +53,7 @@ from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
 from streambed.lake.declared import record_facts
+from streambed.lake.deletes import write_position_deletes
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.expire import MIN_INTERVAL_S, Retention, expire
 from streambed.lake.files import FileInfo, Footer, data_files, file_info, write_parquet_files
@@ -61,8 +63,10 @@ from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, 
 from streambed.lake.types import with_base_types
 from streambed.log import log
 from streambed.merge.arrow_merger import ArrowMerger
-from streambed.merge.contract import Merger
+from streambed.merge.contract import Merger, fill_mask
 from streambed.merge.plan import MergePlan, plan_merge
+from streambed.merge.positions import plan_flush
+from streambed.merge.write_mode import REWRITE_SHARE, WriteMode
 from streambed.pgoutput.messages import Relation, TupleValue
 
 logger = logging.getLogger("streambed.sink")
@@ -82,10 +86,13 @@ class IcebergSink:
     """The lake side of the pipeline. `merger` (Spark's) is created on first need (Spark
     starts slowly); rewrites of at most `merge_local_bytes` are merged in this process.
 
-    `source` (optional) reads the source catalog: domain base types, column attnums (so
-    renames stay renames) and fast defaults of added columns. `on_incompatible` is
-    STREAMBED_ON_INCOMPATIBLE_SCHEMA. `resync(schema, name)` (optional) asks for a table to
-    be copied again (`StateStore.request_resync`, taken up by the copy manager).
+    `write_mode`, `rewrite_share`: STREAMBED_WRITE_MODE and STREAMBED_REWRITE_SHARE
+    (`streambed.merge.write_mode`): whether a file with removed rows is rewritten or gets
+    a position-delete file. `source` (optional) reads the source catalog: domain base
+    types, column attnums (so renames stay renames) and fast defaults of added columns.
+    `on_incompatible` is STREAMBED_ON_INCOMPATIBLE_SCHEMA. `resync(schema, name)`
+    (optional) asks for a table to be copied again (`StateStore.request_resync`, taken
+    up by the copy manager).
     """
 
     def __init__(
@@ -97,9 +104,13 @@ class IcebergSink:
         resync: Callable[[str, str], None] | None = None,
         retention: Retention | None = None,
         merge_local_bytes: int = 0,
+        write_mode: WriteMode = "merge-on-read",
+        rewrite_share: float = REWRITE_SHARE,
     ) -> None:
         self.catalog = catalog
         self.merge_local_bytes = merge_local_bytes
+        self.write_mode = write_mode
+        self.rewrite_share = rewrite_share
         self.resync = resync
         self.source = source
         self.on_incompatible = on_incompatible
@@ -157,7 +168,7 @@ class IcebergSink:
         if table is None:
             return
         pending = self._pending.setdefault(name, _Pending())
-        removed, added, footers = self._write(table, relation, delta, pending)
+        removed, added, footers, _ = self._write(table, relation, delta, pending)
         self._settle(table, pending, removed, added, footers)
         logger.debug("staged part of %s: %d files pending", _qualified(delta), len(pending.added))
 
@@ -181,14 +192,21 @@ class IcebergSink:
             return commit(current, removed=[], added=[], lsn=delta.commit_lsn)
         pending = self._pending.pop(name, None)
         started = time.monotonic()
-        removed, added, footers = self._write(table, relation, delta, pending)
+        removed, added, footers, deletes = self._write(table, relation, delta, pending)
         written = time.monotonic()
         if pending is not None:
             self._settle(table, pending, removed, added, footers)
             removed, added, footers = sorted(pending.removed), list(pending.added), pending.footers
         failpoint("after_parquet_write")
+        if deletes:
+            failpoint("after_delete_files_write")
         location = commit(
-            table, removed=removed, added=added, lsn=delta.commit_lsn, footers=footers
+            table,
+            removed=removed,
+            added=added,
+            lsn=delta.commit_lsn,
+            footers=footers,
+            deletes=deletes,
         )
         failpoint("after_table_commit")
         committed = time.monotonic()
@@ -241,9 +259,16 @@ class IcebergSink:
 
     def _write(
         self, table: Table, relation: Relation, delta: TableDelta, pending: _Pending | None
-    ) -> tuple[list[str], list[str], dict[str, Footer]]:
+    ) -> tuple[list[str], list[str], dict[str, Footer], list[DataFile]]:
         """Write the delta's files; returns (files it replaces, files it wrote, the footers
-        of those written here: a merge's are read back at the commit)."""
+        of those written here: a merge's are read back at the commit, the position-delete
+        files it wrote).
+
+        Merge-on-read (`write_mode`) applies to a final delta (not a part of a large
+        transaction, whose parts are planned against one another's uncommitted files) of
+        a table with a key whose rows carry every value (an unchanged TOAST value must be
+        taken from the old row, which only a rewrite reads); otherwise the files are
+        rewritten, with the rows their pending delete files hide left out."""
         schema = arrow_schema(table)
         converted = rows_to_arrow(relation, delta.rows, schema)
         if delta.append_only:
@@ -254,10 +279,26 @@ class IcebergSink:
                 )
             footers = write_parquet_files(table, converted.table)
             self._last_write = ("append", 0)
-            return [], list(footers), footers
+            return [], list(footers), footers, []
         keys = keys_to_arrow(relation, delta.key, delta.removed_keys, schema)
         plan = plan_merge(self._files(table, pending), _tuples(keys), truncated=delta.truncated)
         logger.debug("merge plan for %s: %s", _qualified(delta), plan.describe())
+        deletes: list[DataFile] = []
+        hidden: dict[str, pa.Array] = {}
+        if plan.rewrite:
+            on_read = (
+                self.write_mode == "merge-on-read"
+                and pending is None
+                and delta.final
+                and not delta.key.full_row
+                and bool(key_columns(table))
+                and not _fills(converted.unchanged, converted.table)
+            )
+            split = plan_flush(
+                table, plan, keys, merge_on_read=on_read, rewrite_share=self.rewrite_share
+            )
+            deletes = write_position_deletes(table, split.positions)
+            plan, hidden = split.rewrite, split.hidden
         removed = [f.path for f in (*plan.rewrite, *plan.drop)]
         if plan.rewrite:
             merger = self._merger_for(plan, converted.table, table)
@@ -273,10 +314,11 @@ class IcebergSink:
                 arrow_schema=schema,
                 output_dir=f"{table.location()}/data",
                 lookup_keys=_lookup_keys(relation, delta, schema) if delta.moved else None,
+                deleted_positions=hidden,
             )
             if isinstance(merger, ArrowMerger):
-                return removed, added, merger.footers
-        elif converted.unchanged and not delta.truncated:
+                return removed, added, merger.footers, deletes
+        elif _fills(converted.unchanged, converted.table) and not delta.truncated:
             raise StreambedError(
                 f"{_qualified(delta)}: an update left a large value unchanged, but the "
                 "row it belongs to is not in the lake; the lake is missing rows: "
@@ -285,9 +327,9 @@ class IcebergSink:
             )
         else:
             footers = write_parquet_files(table, converted.table)
-            self._last_write = ("append", 0)
-            return removed, list(footers), footers
-        return removed, added, {}
+            self._last_write = ("delete-files" if deletes else "append", 0)
+            return removed, list(footers), footers, deletes
+        return removed, added, {}, deletes
 
     def _files(self, table: Table, pending: _Pending | None) -> list[FileInfo]:
         files = data_files(table)
@@ -443,6 +485,12 @@ def _row_bytes(rows: pa.Table) -> float:
         except ValueError:  # variable width: strings, binaries, lists, decimals as text
             width += 32
     return float(width)
+
+
+def _fills(unchanged: Mapping[str, pa.BooleanArray], rows: pa.Table) -> bool:
+    """Whether some row has an unchanged (TOAST) value to take from its old row."""
+    needs = fill_mask(rows, unchanged)
+    return needs is not None and needs.true_count > 0
 
 
 def _lookup_keys(relation: Relation, delta: TableDelta, schema: pa.Schema) -> pa.Table:

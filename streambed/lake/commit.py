@@ -40,8 +40,9 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
 
 from streambed.errors import Kind, StateError, StorageError, StreambedError
-from streambed.lake.files import Footer, current_data_files
-from streambed.lake.overwrite import overwrite as lean_overwrite
+from streambed.lake.delete_manifest import delta_overwrite
+from streambed.lake.deletes import LiveFiles, current_files, orphaned, referenced
+from streambed.lake.files import Footer
 from streambed.lake.transaction import transaction
 
 SUMMARY_LSN: Final = "streambed.lsn"
@@ -73,15 +74,26 @@ def commit(
     added: Sequence[str],
     lsn: int,
     footers: Mapping[str, Footer] | None = None,
+    deletes: Sequence[DataFile] = (),
 ) -> str:
     """Atomically remove data files `removed` and add the written files `added`, at `lsn`
-    (`footers`: those of `added` their writers returned).
+    (`footers`: those of `added` their writers returned), and add the position-delete
+    files `deletes` (`streambed.lake.deletes`). Delete files of removed data files leave
+    the snapshot with them.
 
     Returns the new metadata location; `table` is refreshed to it. Raises StateError when
     `lsn` is below the table's frontier, and COMMIT_CONFLICT when a file to remove is no
     longer in the table (someone else changed it; re-plan from the current files).
     """
-    return _commit(table, removed=removed, added=added, lsn=lsn, replace_all=False, footers=footers)
+    return _commit(
+        table,
+        removed=removed,
+        added=added,
+        lsn=lsn,
+        replace_all=False,
+        footers=footers,
+        deletes=deletes,
+    )
 
 
 def truncate_commit(
@@ -118,6 +130,7 @@ def _commit(
     replace_all: bool,
     footers: Mapping[str, Footer] | None = None,
     loaded: bool = False,
+    deletes: Sequence[DataFile] = (),
 ) -> str:
     name = ".".join(table.name())
     new_files: list[DataFile] | None = None
@@ -131,8 +144,9 @@ def _commit(
                 f"{current:X}; the lake already holds later changes. Check that only one "
                 "streambed writes this catalog"
             )
-        live = current_data_files(table)
-        if not replace_all and _already_committed(live, removed, added, lsn, current):
+        files = current_files(table)
+        live = files.data
+        if not replace_all and _already_committed(files, removed, added, deletes, lsn, current):
             return str(table.metadata_location)
         to_remove = list(live) if replace_all else list(dict.fromkeys(removed))
         missing = [p for p in to_remove if p not in live]
@@ -143,17 +157,29 @@ def _commit(
                 "Re-plan the merge from the current files",
                 kind=Kind.COMMIT_CONFLICT,
             )
+        gone = set(to_remove)
+        stale = [d for d in deletes if referenced(d) in gone or referenced(d) not in live]
+        if stale:
+            raise StreambedError(
+                f"{name}: a delete file names a data file that is not live after the commit "
+                f"({referenced(stale[0])}); re-plan the merge from the current files",
+                kind=Kind.COMMIT_CONFLICT,
+            )
         if new_files is None:
             new_files = _data_files(table, list(dict.fromkeys(added)), footers or {})
         try:
             with (
                 transaction(table) as tx,
-                lean_overwrite(tx, {SUMMARY_LSN: str(lsn)}) as overwrite,
+                delta_overwrite(tx, {SUMMARY_LSN: str(lsn)}) as overwrite,
             ):
                 for path in to_remove:
                     overwrite.delete_data_file(live[path])
                 for data_file in new_files:
                     overwrite.append_data_file(data_file)
+                for delete_file in deletes:
+                    overwrite.add_delete_file(delete_file)
+                for delete_file in orphaned(files.deletes, set(live) - gone):
+                    overwrite.remove_delete_file(delete_file)
             return str(table.metadata_location)
         except CommitFailedException as e:
             if attempt == COMMIT_ATTEMPTS:
@@ -179,15 +205,23 @@ def _commit(
 
 
 def _already_committed(
-    live: dict[str, DataFile],
+    files: LiveFiles,
     removed: Sequence[str],
     added: Sequence[str],
+    deletes: Sequence[DataFile],
     lsn: int,
     current: int | None,
 ) -> bool:
-    if current != lsn or not added:
+    """Whether this very commit landed: the frontier is `lsn`, and every file it adds (data
+    and delete files; it must add one to be told apart from the commit before) is live
+    while none it removes is."""
+    if current != lsn or not (added or deletes):
         return False
-    return all(p in live for p in added) and not any(p in live for p in removed)
+    return (
+        all(p in files.data for p in added)
+        and all(d.file_path in files.deletes for d in deletes)
+        and not any(p in files.data for p in removed)
+    )
 
 
 def _data_files(

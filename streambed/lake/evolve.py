@@ -43,13 +43,15 @@ from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, Int
 from streambed.changes import TableKey
 from streambed.errors import SchemaError
 from streambed.lake.commit import SUMMARY_LSN, data_file, frontier
-from streambed.lake.files import current_data_files, write_parquet
-from streambed.lake.overwrite import overwrite as lean_overwrite
+from streambed.lake.delete_manifest import delta_overwrite
+from streambed.lake.deletes import current_files, deletes_by_data_file, pending_positions
+from streambed.lake.files import write_parquet
 from streambed.lake.source_catalog import SourceColumn
 from streambed.lake.storage import resolve
 from streambed.lake.tables import PROP_KEY, arrow_schema_of_schema, key_columns
 from streambed.lake.transaction import transaction
 from streambed.lake.types import column_type
+from streambed.merge.contract import without_positions
 from streambed.pgoutput.messages import Relation
 
 logger = logging.getLogger("streambed.lake")
@@ -223,7 +225,8 @@ def evolve_table(
             "Nothing was written. Fix: set STREAMBED_ON_INCOMPATIBLE_SCHEMA=rewrite to rewrite "
             "the lake table with the new type, or drop the lake table to copy it again"
         )
-    live = current_data_files(table)
+    files = current_files(table)
+    live = files.data
     if plan.unknown and live:
         raise ResyncNeeded((relation.namespace, relation.name), plan.unknown)
     if plan.ambiguous and live:
@@ -264,13 +267,17 @@ def evolve_table(
             new_schema = tx.table_metadata.schema()
             target = arrow_schema_of_schema(new_schema)
             written: list[str] = []
+            hidden = pending_positions(table, deletes_by_data_file(files.deletes.values(), live))
             for path in live:
                 rows = _rewritten(path, table, target, relation, fills, retyped_ids)
+                rows = without_positions(rows, hidden.get(path))
                 written += write_parquet(table, rows, sort_by_key=False, schema=target)
             summary = {} if lsn is None else {SUMMARY_LSN: str(lsn)}
-            with lean_overwrite(tx, summary) as overwrite:
+            with delta_overwrite(tx, summary) as overwrite:
                 for old_file in live.values():
                     overwrite.delete_data_file(old_file)
+                for delete_file in files.deletes.values():
+                    overwrite.remove_delete_file(delete_file)
                 for path in written:
                     overwrite.append_data_file(data_file(table.io, tx.table_metadata, path))
     table.refresh()

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.conversions import from_bytes
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.types import (
     DateType,
@@ -158,27 +158,12 @@ def data_files(table: Table) -> list[FileInfo]:
 
 
 def current_data_files(table: Table) -> dict[str, DataFile]:
-    """path → DataFile for every live data file of the current snapshot.
+    """path → DataFile for every live data file of the current snapshot (its position-delete
+    files: `streambed.lake.deletes.current_files`; a table with equality deletes is refused
+    there)."""
+    from streambed.lake.deletes import current_files
 
-    Raises COMMIT_CONFLICT when the table has delete files: another engine wrote
-    merge-on-read deletes, which streambed's copy-on-write merge does not apply.
-    """
-    snapshot = table.current_snapshot()
-    if snapshot is None:
-        return {}
-    out: dict[str, DataFile] = {}
-    for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            data_file = entry.data_file
-            if data_file.content != DataFileContent.DATA:
-                raise StreambedError(
-                    f"{_name(table)}: the table has delete files ({data_file.file_path}), "
-                    "written by another engine; streambed only reads copy-on-write tables. "
-                    "Rewrite the table's data files (compaction) with that engine first",
-                    kind=Kind.COMMIT_CONFLICT,
-                )
-            out[data_file.file_path] = data_file
-    return out
+    return current_files(table).data
 
 
 def file_info(table: Table, data_file: DataFile) -> FileInfo:

@@ -52,6 +52,7 @@ from streambed.merge.contract import (
     merge_failed,
     missing_old_row,
     output_files,
+    without_positions,
 )
 from streambed.merge.plan import MergePlan
 
@@ -87,6 +88,7 @@ class ArrowMerger:
         arrow_schema: pa.Schema,
         output_dir: str,
         lookup_keys: pa.Table | None = None,
+        deleted_positions: Mapping[str, pa.Array] | None = None,
     ) -> list[str]:
         """`SparkMerger.execute`, in this process."""
         names = list(arrow_schema.names)
@@ -102,7 +104,7 @@ class ArrowMerger:
         )
         self.footers = {}
         work = pa.schema([f.with_nullable(True) for f in arrow_schema])
-        old = self._read(plan, work) if plan.rewrite else None
+        old = self._read(plan, work, deleted_positions or {}) if plan.rewrite else None
         merged = _merged(old, rows, removed_keys, unchanged, identity, full_row, work, lookup_keys)
         for f in arrow_schema:
             if not f.nullable and merged.column(f.name).null_count:
@@ -119,7 +121,7 @@ class ArrowMerger:
         )
         return files
 
-    def _read(self, plan: MergePlan, work: pa.Schema) -> pa.Table:
+    def _read(self, plan: MergePlan, work: pa.Schema, deleted: Mapping[str, pa.Array]) -> pa.Table:
         tables = []
         for f in plan.rewrite:
             try:
@@ -127,6 +129,7 @@ class ArrowMerger:
                 table = pq.read_table(path, filesystem=fs)
             except (OSError, pa.ArrowException) as e:
                 raise merge_failed(f"in-process merge reading {f.path} failed", str(e)) from e
+            table = without_positions(table, deleted.get(f.path))
             tables.append(conform(table, work, by_field_id=True))
         return pa.concat_tables(tables)
 
@@ -192,7 +195,7 @@ def _merged(
     removed: pa.ChunkedArray | pa.Array | None = None
     if old is not None and removed_keys.num_rows:
         keys = removed_keys.select(identity).cast(_sub(work, identity))
-        removed = _removed(old, keys, identity, full_row)
+        removed = removed_mask(old, keys, identity, full_row)
         parts.append(old.filter(pc.invert(removed)))
     elif old is not None:
         parts.append(old)
@@ -214,7 +217,7 @@ def _merged(
     return pa.concat_tables(parts)
 
 
-def _removed(
+def removed_mask(
     old: pa.Table, removed: pa.Table, identity: list[str], full_row: bool
 ) -> pa.ChunkedArray | pa.Array:
     """A mask over `old`: the rows `removed` takes away (for full-row identity, one per

@@ -42,7 +42,17 @@ class Merger(Protocol):
         arrow_schema: pa.Schema,
         output_dir: str,
         lookup_keys: pa.Table | None = None,
+        deleted_positions: Mapping[str, pa.Array] | None = None,
     ) -> list[str]: ...
+
+
+def without_positions(table: pa.Table, positions: pa.Array | None, offset: int = 0) -> pa.Table:
+    """`table` (rows `offset`.. of a data file) without the rows at file `positions` (a
+    position-delete file's, still pending against the file: they are not rows any more)."""
+    if positions is None or not len(positions) or not table.num_rows:
+        return table
+    rows = pa.array(range(offset, offset + table.num_rows), pa.int64())
+    return table.filter(pc.invert(pc.is_in(rows, value_set=positions.cast(pa.int64()))))
 
 
 def check_inputs(

@@ -127,6 +127,7 @@ class SparkMerger:
         arrow_schema: pa.Schema,
         output_dir: str,
         lookup_keys: pa.Table | None = None,
+        deleted_positions: Mapping[str, pa.Array] | None = None,
     ) -> list[str]:
         """Rewrite `plan.rewrite` without `removed_keys`, plus `rows`; return the files written.
 
@@ -137,14 +138,22 @@ class SparkMerger:
         `output_dir`: local path, file:// or s3:// URI of the table's data directory.
         `lookup_keys`: one row per row of `rows`, columns `key_columns`: the key of the old
         row whose values fill that row's unchanged cells (differs from the row's own key
-        after a key-changing UPDATE); None means each row's own key.
+        after a key-changing UPDATE); None means each row's own key. `deleted_positions`:
+        data path -> row positions that pending position-delete files hide: those rows are
+        not read (such files are read through the `streambed_parquet` source, which counts
+        positions).
         """
         from pyspark.errors import PySparkException
 
         names = list(arrow_schema.names)
         identity = names if full_row else list(key_columns)
         check_inputs(plan, rows, removed_keys, unchanged, identity, full_row, arrow_schema)
-        mode = self._io_mode(plan, arrow_schema, output_dir)
+        hidden = {
+            f.path: deleted_positions[f.path]
+            for f in plan.rewrite
+            if deleted_positions and len(deleted_positions.get(f.path, ()))
+        }
+        mode = "pyarrow" if hidden else self._io_mode(plan, arrow_schema, output_dir)
         run_id = uuid.uuid4().hex
         log.info(
             "merge start rewrite_files=%d rewrite_rows=%d removed_keys=%d new_rows=%d io=%s",
@@ -165,6 +174,7 @@ class SparkMerger:
                 arrow_schema,
                 mode,
                 lookup_keys,
+                hidden,
             )
             if merged is None:
                 return []
@@ -197,13 +207,14 @@ class SparkMerger:
         arrow_schema: pa.Schema,
         mode: str,
         lookup_keys: pa.Table | None = None,
+        hidden: Mapping[str, pa.Array] | None = None,
     ) -> DataFrame | None:
         from pyspark.sql import functions as F
 
         names = list(arrow_schema.names)
         work = spark_schema(arrow_schema, nullable=True)
         parts: list[DataFrame] = []
-        old = self._read(plan, work, arrow_schema, mode) if plan.rewrite else None
+        old = self._read(plan, work, arrow_schema, mode, hidden or {}) if plan.rewrite else None
         removed = None
         if old is not None and removed_keys.num_rows:
             removed = self._frame(removed_keys.select(identity), _sub(work, identity))
@@ -303,7 +314,12 @@ class SparkMerger:
         return self.spark.createDataFrame(table.cast(arrow), schema=schema)
 
     def _read(
-        self, plan: MergePlan, work: StructType, arrow_schema: pa.Schema, mode: str
+        self,
+        plan: MergePlan,
+        work: StructType,
+        arrow_schema: pa.Schema,
+        mode: str,
+        hidden: Mapping[str, pa.Array],
     ) -> DataFrame:
         paths = [f.path for f in plan.rewrite]
         if mode == "spark":
@@ -315,6 +331,7 @@ class SparkMerger:
             self.spark.read.format(PYARROW_SOURCE)
             .schema(work)
             .option("paths", json.dumps(paths))
+            .option("deleted", json.dumps({p: v.to_pylist() for p, v in hidden.items()}))
             .option("arrow_schema", encode_schema(arrow_schema))
             .options(**self.fs_options)
             .load()

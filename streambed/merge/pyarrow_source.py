@@ -19,7 +19,8 @@ microsecond timestamps). Tasks report their files; the job commit writes the lis
 removes, so a retried task's leftovers are never reported. An aborted job deletes the
 files its tasks reported.
 
-Options (all strings): `paths` (JSON list, reading), `output_dir`, `run_id`,
+Options (all strings): `paths` (JSON list, reading), `deleted` (JSON object, reading: path
+-> row positions a pending position-delete file hides, skipped), `output_dir`, `run_id`,
 `arrow_schema` (base64 of the serialized Arrow schema), `max_rows_per_file`, and the
 filesystem's (`streambed.storage.s3.S3Access.source_options`): `s3.endpoint`, `s3.region`,
 `s3.access.key`, `s3.secret.key`. Spark redacts options whose names match `secret` or
@@ -50,7 +51,7 @@ from pyspark.sql.types import StructType
 
 from streambed.config import Settings
 from streambed.lake.output import TaskOutput
-from streambed.merge.contract import conform
+from streambed.merge.contract import conform, without_positions
 from streambed.merge.worker_heap import settle
 from streambed.storage import s3
 
@@ -154,6 +155,7 @@ class _Reader(DataSourceReader):
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.options = options
         self.paths: list[str] = json.loads(options["paths"])
+        self.deleted: dict[str, list[int]] = json.loads(options.get("deleted", "{}"))
         self.arrow_schema = decode_schema(options["arrow_schema"])
         names = [f.name for f in schema.fields]
         if names != self.arrow_schema.names:
@@ -175,8 +177,13 @@ class _Reader(DataSourceReader):
         )
         fs, path = filesystem(partition.path, self.options)
         parquet = pq.ParquetFile(path, filesystem=fs)
+        deleted = self.deleted.get(partition.path)
+        hidden = pa.array(deleted, pa.int64()) if deleted else None
+        offset = 0
         for batch in parquet.iter_batches(batch_size=65536):
-            table = conform(pa.Table.from_batches([batch]), target, by_field_id=True)
+            table = without_positions(pa.Table.from_batches([batch]), hidden, offset)
+            offset += batch.num_rows
+            table = conform(table, target, by_field_id=True)
             yield from table.to_batches()
 
 
