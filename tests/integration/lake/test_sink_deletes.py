@@ -27,6 +27,8 @@ from streambed.lake import types as t
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
 from streambed.lake.deletes import current_files, referenced
+from streambed.lake.expire import Retention, expire
+from streambed.lake.sweep import referenced_files
 from streambed.pgoutput.messages import Relation, RelationColumn
 from streambed.sink import IcebergSink
 from streambed.storage.s3 import S3Access
@@ -233,3 +235,54 @@ def test_mixed_flushes_read_back_equal_to_a_model(
             assert _duck_rows(duck, table) == model
             _no_garbage(table)
         assert _pyiceberg_rows(catalog.load_table(NAME)) == model
+
+
+def test_a_schema_rewrite_applies_pending_deletes(
+    catalog: Catalog, duck: duckdb.DuckDBPyConnection
+) -> None:
+    sink = IcebergSink(catalog, _no_spark, merge_local_bytes=1 << 30, on_incompatible="rewrite")
+    sink.apply(_delta(100, {i: str(i) for i in range(1, 101)}))
+    sink.apply(_delta(200, {4: "40"}, removed=[3, 4]))  # a delete file hides 3 and old 4
+    assert current_files(catalog.load_table(NAME)).deletes
+    # `note` becomes an integer: Iceberg cannot follow, the table's files are rewritten.
+    retyped = Relation(
+        relation_id=RELATION.relation_id,
+        namespace=RELATION.namespace,
+        name=RELATION.name,
+        replica_identity="d",
+        columns=(RelationColumn(1, "id", t.INT8, -1), RelationColumn(0, "note", t.INT4, -1)),
+    )
+    rows = ((b"500", b"5"),)
+    sink.apply(TableDelta(retyped, KEY, 300, False, (), rows))
+    table = catalog.load_table(NAME)
+    assert not current_files(table).deletes
+    got = duck.execute(
+        f"SELECT id, note FROM iceberg_scan('{table.metadata_location}') ORDER BY id"
+    ).fetchall()
+    expected = {i: i for i in range(1, 101) if i != 3} | {4: 40, 500: 5}
+    assert dict(got) == expected
+    assert len(got) == len(expected)
+
+
+def test_expiry_and_sweep_keep_live_delete_files_and_remove_dead_ones(
+    catalog: Catalog, settings: Settings, duck: duckdb.DuckDBPyConnection
+) -> None:
+    sink = _sink(catalog)
+    sink.apply(_delta(100, {i: "a" for i in range(100)}))
+    sink.apply(_delta(200, {}, removed=[3]))
+    first = set(current_files(catalog.load_table(NAME)).deletes)
+    sink.apply(_delta(300, {}, removed=[4]))
+    sink.write_mode = "copy-on-write"
+    sink.apply(_delta(400, {5: "b"}, removed=[5]))  # rewrites the file: both delete files go
+    sink.write_mode = "merge-on-read"
+    sink.apply(_delta(500, {}, removed=[6]))
+    table = catalog.load_table(NAME)
+    live = set(current_files(table).deletes)
+    assert live and not live & first
+    expire(table, Retention(hours=0, max_snapshots=1))
+    table = catalog.load_table(NAME)
+    referenced = referenced_files(table)
+    assert live <= referenced
+    assert not first & referenced  # only expired snapshots named them: unreferenced now
+    model = {i: "a" for i in range(100) if i not in (3, 4, 6)} | {5: "b"}
+    assert _duck_rows(duck, table) == model

@@ -82,6 +82,8 @@ def keyed_case(draw: st.DrawFn) -> dict[str, Any]:
         "lookup": lookup,
         "orphan": orphan,
         "per_file": draw(st.integers(1, 12)),
+        # rows a pending position-delete file hides, by position in each file
+        "hide": draw(st.lists(st.integers(0, 11), unique=True, max_size=4)),
     }
 
 
@@ -110,6 +112,10 @@ def run(merger: Merger, directory: Path, case: dict[str, Any], keyed: bool) -> l
         [dict(zip(schema.names, r, strict=True)) for r in case["rows"]], schema=schema
     )
     plan = plan_merge(files, key_tuples(removed, identity), truncated=False)
+    hide = case.get("hide", [])
+    hidden = {
+        f.path: pa.array([p for p in hide if p < f.record_count], pa.int64()) for f in plan.rewrite
+    }
     return merger.execute(
         plan,
         rows=rows,
@@ -125,6 +131,7 @@ def run(merger: Merger, directory: Path, case: dict[str, Any], keyed: bool) -> l
         )
         if keyed
         else None,
+        deleted_positions=hidden,
     )
 
 
@@ -169,6 +176,18 @@ SETTINGS = settings(
         "lookup": [(1, "a"), (2, "a")],
         "orphan": False,
         "per_file": 2,
+    }
+)
+@example(  # a pending delete file hides (1, "a"): its update finds no old row to fill from
+    case={
+        "old": [(1, "a", "n1", 1), (2, "a", None, 2), (3, "b", "n3", 3)],
+        "rows": [(1, "a", "x", 5), (2, "a", "y", 6)],
+        "removed": [(1, "a"), (2, "a")],
+        "unchanged": [False, True],
+        "lookup": [(1, "a"), (2, "a")],
+        "orphan": False,
+        "per_file": 3,
+        "hide": [0, 2],
     }
 )
 def test_keyed_tables(spark: SparkSession, case: dict[str, Any]) -> None:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
+from streambed.lake.catalog import open_catalog
+from streambed.lake.deletes import current_files
+from streambed.lake.sweep import sweep
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import (
     slot_confirmed,
@@ -22,6 +26,7 @@ pytestmark = pytest.mark.integration
     "failpoint",
     [
         "after_parquet_write",
+        "after_delete_files_write",
         "after_table_commit",
         "after_commit_before_state",
         "after_state_before_ack",
@@ -64,3 +69,21 @@ def test_crash_at_failpoint_then_restart(local_deployment: Deployment, failpoint
     d.proc.start()
     wait_lake_equals_source(d.settings, d.url, TABLES, d.proc)
     assert d.proc.stop() == 0
+    if failpoint == "after_delete_files_write":
+        _delete_files_written_and_orphans_swept(d)
+
+
+def _delete_files_written_and_orphans_swept(d: Deployment) -> None:
+    """The flushes wrote position-delete files; the crashed run's are swept, the live ones
+    kept, and the lake still reads equal to the source."""
+    catalog = open_catalog(d.settings)
+    tables = [catalog.load_table(tuple(name.split("."))) for name in TABLES]
+    live = {p for table in tables for p in current_files(table).deletes}
+    assert live, "the flushes after the first wrote no delete file"
+    on_disk = {str(p) for p in d.settings.data_dir.rglob("*-deletes.parquet")}
+    assert len(on_disk) > len(live)  # the crashed run's are orphans
+    results = sweep(d.settings, older_than=0, now=time.time() + 3600)
+    assert not [r for r in results if r.refused], results
+    left = {str(p) for p in d.settings.data_dir.rglob("*-deletes.parquet")}
+    assert {p.removeprefix("file://") for p in live} == left
+    wait_lake_equals_source(d.settings, d.url, TABLES, None)
