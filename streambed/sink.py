@@ -5,8 +5,10 @@ that removes rows is planned with `plan_merge` (only files whose key bounds can 
 removed key are touched) and, when files must be rewritten, carried out in this process
 (`ArrowMerger`) when the rewrite is at most `merge_local_bytes` (the files' stored bytes
 plus the new rows' Arrow bytes, STREAMBED_MERGE_LOCAL_BYTES), else on Spark, which is
-started only for the first such merge. The Iceberg commit records the delta's commit LSN
-as the table's frontier.
+started only for the first such merge. With merge-on-read (`write_mode`), files that lose
+under `rewrite_share` of their rows are not rewritten: their removed rows go to position-delete
+files (`streambed.merge.positions`, `streambed.lake.deletes`) and the new rows are appended.
+The Iceberg commit records the delta's commit LSN as the table's frontier.
 
 Before the first delta of a new table layout, the lake table is made to match it:
 created, re-created when the source table was dropped and created again under the same

@@ -122,6 +122,7 @@ def test_few_updates_write_a_delete_file_and_read_back(
     model[10] = "again"
     table = catalog.load_table(NAME)
     assert _duck_rows(duck, table) == model
+    at_300 = (table.metadata_location, table.metadata.current_snapshot_id, dict(model))
     # Copy-on-write rewrites the first file with its pending deletes applied; the delete
     # files of the rewritten file leave the snapshot.
     cow = _sink(catalog, write_mode="copy-on-write")
@@ -130,6 +131,12 @@ def test_few_updates_write_a_delete_file_and_read_back(
     del model[110]
     table = catalog.load_table(NAME)
     assert not current_files(table).deletes
+    # Time travel to the snapshot before the rewrite applies that snapshot's delete files.
+    location, snapshot_id, then = at_300
+    got = duck.execute(
+        f"SELECT id, note FROM iceberg_scan('{location}', snapshot_from_id := {snapshot_id})"
+    ).fetchall()
+    assert {int(k): str(v) for k, v in got} == then and len(got) == len(then)
     assert table.current_snapshot().summary["total-delete-files"] == "0"  # type: ignore[union-attr,index]
     assert _duck_rows(duck, table) == model
     assert _pyiceberg_rows(table) == model
