@@ -30,16 +30,14 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.table import TableProperties, Transaction
-from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import (
-    Operation,
     SnapshotSummaryCollector,
     Summary,
     update_snapshot_summaries,
 )
 from pyiceberg.utils.properties import property_as_int
 
-from streambed.lake.overwrite import LeanOverwrite
+from streambed.lake.overwrite import LeanOverwrite, overwrite
 
 
 class _DeletesManifestWriter(ManifestWriterV2):
@@ -161,11 +159,6 @@ class DeltaOverwrite(LeanOverwrite):
 
 def delta_overwrite(tx: Transaction, snapshot_properties: dict[str, str]) -> DeltaOverwrite:
     """A `DeltaOverwrite` of the main branch in `tx` (an append when the table has none)."""
-    first = tx.table_metadata.snapshot_by_name(MAIN_BRANCH) is None
-    return DeltaOverwrite(
-        operation=Operation.APPEND if first else Operation.OVERWRITE,
-        transaction=tx,
-        io=tx._table.io,
-        snapshot_properties=snapshot_properties,
-        branch=MAIN_BRANCH,
-    )
+    made = overwrite(tx, snapshot_properties, DeltaOverwrite)
+    assert isinstance(made, DeltaOverwrite)
+    return made

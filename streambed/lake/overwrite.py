@@ -32,10 +32,15 @@ class LeanOverwrite(_OverwriteFiles):
         return [m for m in super()._existing_manifests() if _has_live_files(m, self._io)]
 
 
-def overwrite(tx: Transaction, snapshot_properties: dict[str, str]) -> LeanOverwrite:
-    """An overwrite of the main branch in `tx` (an append when the table has no snapshot)."""
+def overwrite(
+    tx: Transaction,
+    snapshot_properties: dict[str, str],
+    producer: type[LeanOverwrite] = LeanOverwrite,
+) -> LeanOverwrite:
+    """An overwrite of the main branch in `tx` (an append when the table has no snapshot),
+    by `producer` (`LeanOverwrite` or a subclass)."""
     first = tx.table_metadata.snapshot_by_name(MAIN_BRANCH) is None
-    return LeanOverwrite(
+    return producer(
         operation=Operation.APPEND if first else Operation.OVERWRITE,
         transaction=tx,
         io=tx._table.io,
