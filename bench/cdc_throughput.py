@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/cdc_throughput.py [--rows 1000000] [--txn-rows 10000]
                                              [--updates 100000]
+                                             [--write-mode merge-on-read|copy-on-write]
 
 A throwaway Postgres 15 starts with an empty table. streambed starts on it first, as a user
 would: it creates its own slot, finds nothing to copy and marks the table ready, so what is
@@ -10,7 +11,9 @@ created, before any data is written, so both slots see exactly the same WAL. The
 
 1. inserts: `--rows` rows in transactions of `--txn-rows` rows;
 2. updates: `--updates` rows spread evenly over the whole table (every k-th key), in
-   transactions of `--txn-rows` rows, so every data file of the lake must be merged.
+   transactions of `--txn-rows` rows, so every data file of the lake holds changed rows.
+   It also prints the bytes written to the warehouse per updated row (data, delete and
+   metadata files). `--write-mode` is STREAMBED_WRITE_MODE.
 
 For each phase the same stream is drained twice: by `pg_recvlogical` (pgoutput, protocol 2)
 to /dev/null — the limit: what it costs the source to decode and ship the changes — and by
@@ -66,6 +69,12 @@ def drain_with_pg_recvlogical(pg: ThrowawayPostgres, url: str, end_lsn: str) -> 
     return time.perf_counter() - started
 
 
+def warehouse_bytes(data_dir: Path) -> int:
+    """Bytes of every file under the data directory's warehouse (nothing is deleted during
+    a run: replaced files stay until the sweep, so the growth is what was written)."""
+    return sum(p.stat().st_size for p in (data_dir / "warehouse").rglob("*") if p.is_file())
+
+
 def start_streambed(settings: Settings) -> None:
     """First start on the empty table: slot created, nothing copied, the table ready."""
     runtime = build_pipeline(settings)
@@ -95,6 +104,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--txn-rows", type=int, default=10_000)
     parser.add_argument("--updates", type=int, default=100_000)
+    parser.add_argument(
+        "--write-mode", choices=["merge-on-read", "copy-on-write"], default="merge-on-read"
+    )
     args = parser.parse_args()
     setup(os.environ.get("BENCH_LOG", "warning"))
     with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory() as data_dir:
@@ -112,6 +124,7 @@ def main() -> None:
                 "STREAMBED_DATA_DIR": data_dir,
                 "STREAMBED_QUERY_LISTEN": "",
                 "STREAMBED_HEARTBEAT_INTERVAL": "0",
+                "STREAMBED_WRITE_MODE": args.write_mode,
             }
         )
         start_streambed(settings)
@@ -148,9 +161,11 @@ def main() -> None:
         from streambed.merge.spark_session import get_spark, stop_spark
 
         get_spark(settings.spark_master)  # warm, as in a running streambed
+        stored = warehouse_bytes(Path(data_dir))
         # each update counts as a removed key plus a new row in the pipeline's statistics
         ours = drain_with_streambed(settings, 2 * updated)
         stop_spark()
+        written = warehouse_bytes(Path(data_dir)) - stored
         results.append((f"updates over {args.rows:,} rows", updated, limit, ours))
 
     print(f"{'phase':32} {'changes':>10} {'pg_recvlogical':>16} {'streambed':>14} {'ratio':>6}")
@@ -160,6 +175,10 @@ def main() -> None:
             f"{limit / ours:>6.2f}"
         )
     print("ratio = streambed changes/s divided by pg_recvlogical changes/s (target >= 0.5)")
+    print(
+        f"updates: {written / max(1, updated):,.0f} bytes written to the warehouse per updated "
+        f"row ({written:,} bytes; write mode {settings.write_mode})"
+    )
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ from streambed.lake.types import with_base_types
 from streambed.log import log
 from streambed.merge.arrow_merger import ArrowMerger
 from streambed.merge.contract import Merger, fill_mask
+from streambed.merge.local import merges_here
 from streambed.merge.plan import MergePlan, plan_merge
 from streambed.merge.positions import plan_flush
 from streambed.merge.write_mode import REWRITE_SHARE, WriteMode
@@ -458,35 +459,6 @@ def _storage(what: str) -> Iterator[None]:
         if failed is None:
             raise
         raise failed from e
-
-
-# The in-process merge may hold this many times STREAMBED_MERGE_LOCAL_BYTES of rows in memory.
-IN_MEMORY_FACTOR = 4
-
-
-def merges_here(rewrite_bytes: int, rewrite_rows: int, rows: pa.Table, limit: int) -> bool:
-    """Whether a merge runs in this process: the files it rewrites (stored bytes) plus its
-    new rows within `limit` (STREAMBED_MERGE_LOCAL_BYTES), and the rows it holds in memory
-    (estimated from the new rows' width, or the schema's) within `IN_MEMORY_FACTOR` times
-    that, so a file of well-compressed rows is not unpacked into gigabytes here."""
-    new_bytes = int(rows.nbytes)
-    if rewrite_bytes + new_bytes > limit:
-        return False
-    return rewrite_rows * _row_bytes(rows) + new_bytes <= IN_MEMORY_FACTOR * limit
-
-
-def _row_bytes(rows: pa.Table) -> float:
-    """Arrow bytes of one row: the new rows' average, or an estimate from the schema (fixed
-    widths; 32 bytes for a variable-width value) when there are none."""
-    if rows.num_rows:
-        return int(rows.nbytes) / int(rows.num_rows)
-    width = 0
-    for column in rows.schema:
-        try:
-            width += max(column.type.bit_width // 8, 1)
-        except ValueError:  # variable width: strings, binaries, lists, decimals as text
-            width += 32
-    return float(width)
 
 
 def _fills(unchanged: Mapping[str, pa.BooleanArray], rows: pa.Table) -> bool:
