@@ -55,10 +55,10 @@ from streambed.failpoints import failpoint
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.convert import key_indexes, keys_to_arrow, rows_to_arrow
 from streambed.lake.declared import record_facts
-from streambed.lake.deletes import write_position_deletes
+from streambed.lake.deletes import LiveFiles, current_files, write_position_deletes
 from streambed.lake.evolve import OnIncompatible, ResyncNeeded, evolve_table
 from streambed.lake.expire import MIN_INTERVAL_S, Retention, expire
-from streambed.lake.files import FileInfo, Footer, data_files, file_info, write_parquet_files
+from streambed.lake.files import FileInfo, Footer, file_info, write_parquet_files
 from streambed.lake.source_catalog import SourceCatalog
 from streambed.lake.storage import resolve, storage_error
 from streambed.lake.tables import PROP_RELATION_ID, arrow_schema, ensure_table, key_columns
@@ -284,7 +284,10 @@ class IcebergSink:
             self._last_write = ("append", 0)
             return [], list(footers), footers, []
         keys = keys_to_arrow(relation, delta.key, delta.removed_keys, schema)
-        plan = plan_merge(self._files(table, pending), _tuples(keys), truncated=delta.truncated)
+        live = current_files(table)
+        plan = plan_merge(
+            self._files(table, live, pending), _tuples(keys), truncated=delta.truncated
+        )
         logger.debug("merge plan for %s: %s", _qualified(delta), plan.describe())
         deletes: list[DataFile] = []
         hidden: dict[str, pa.Array] = {}
@@ -298,7 +301,12 @@ class IcebergSink:
                 and not _fills(converted.unchanged, converted.table)
             )
             split = plan_flush(
-                table, plan, keys, merge_on_read=on_read, rewrite_share=self.rewrite_share
+                table,
+                plan,
+                keys,
+                live.deletes.values(),
+                merge_on_read=on_read,
+                rewrite_share=self.rewrite_share,
             )
             deletes = write_position_deletes(table, split.positions)
             plan, hidden = split.rewrite, split.hidden
@@ -334,12 +342,12 @@ class IcebergSink:
             return removed, list(footers), footers, deletes
         return removed, added, {}, deletes
 
-    def _files(self, table: Table, pending: _Pending | None) -> list[FileInfo]:
-        files = data_files(table)
+    def _files(self, table: Table, live: LiveFiles, pending: _Pending | None) -> list[FileInfo]:
+        files = [file_info(table, f) for f in live.data.values()]
         if pending is None:
             return files
-        live = [f for f in files if f.path not in pending.removed]
-        return live + [pending.infos[p] for p in pending.added]
+        kept = [f for f in files if f.path not in pending.removed]
+        return kept + [pending.infos[p] for p in pending.added]
 
     def _settle(
         self,

@@ -115,9 +115,11 @@ def pending_positions(table: Table, deletes: Mapping[str, list[DataFile]]) -> di
     for data_path, files in deletes.items():
         parts = []
         for d in files:
+            if referenced(d) == data_path:
+                parts.append(_positions(table, d.file_path))
+                continue
             rows = _read(table, d.file_path)
-            if referenced(d) != data_path:
-                rows = rows.filter(pc.equal(rows.column("file_path"), data_path))
+            rows = rows.filter(pc.equal(rows.column("file_path"), data_path))
             parts.append(rows.column("pos").combine_chunks().cast(pa.int64()))
         if parts:
             out[data_path] = pc.unique(pa.concat_arrays(parts)).sort()
@@ -176,6 +178,23 @@ def _unpartitioned() -> object:
     from pyiceberg.typedef import Record
 
     return Record()
+
+
+_CACHED: dict[str, pa.Array] = {}
+CACHED_POSITIONS: Final = 4_000_000  # positions kept in memory (32 MB) across flushes
+
+
+def _positions(table: Table, path: str) -> pa.Array:
+    """The positions of a delete file that names one data file. Files never change once
+    written, so they are kept (up to `CACHED_POSITIONS`) for the next flushes: a file
+    collecting deletes over many flushes is not read again each time."""
+    found = _CACHED.get(path)
+    if found is None:
+        found = _read(table, path).column("pos").combine_chunks().cast(pa.int64())
+        if sum(len(v) for v in _CACHED.values()) + len(found) > CACHED_POSITIONS:
+            _CACHED.clear()
+        _CACHED[path] = found
+    return found
 
 
 def _read(table: Table, path: str) -> pa.Table:

@@ -13,16 +13,17 @@ files to rewrite, and the positions to record in delete files for the others.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from streambed.errors import StorageError
-from streambed.lake.deletes import current_files, deletes_by_data_file, pending_positions
+from streambed.lake.deletes import deletes_by_data_file, pending_positions
 from streambed.lake.storage import resolve
 from streambed.lake.tables import arrow_schema, key_columns
 from streambed.merge.arrow_merger import removed_mask
@@ -119,15 +120,16 @@ def plan_flush(
     table: Table,
     plan: MergePlan,
     keys: pa.Table,
+    deletes: Iterable[DataFile],
     *,
     merge_on_read: bool,
     rewrite_share: float,
 ) -> Split:
-    """`plan` with the pending deletes of its files, split by the write-mode rule when
-    `merge_on_read` (else every file of `plan` is rewritten, as copy-on-write)."""
-    live = current_files(table)
+    """`plan` with the pending deletes of its files (`deletes`: the table's live delete
+    files), split by the write-mode rule when `merge_on_read` (else every file of `plan` is
+    rewritten, as copy-on-write)."""
     paths = [f.path for f in plan.rewrite]
-    hidden = pending_positions(table, deletes_by_data_file(live.deletes.values(), paths))
+    hidden = pending_positions(table, deletes_by_data_file(deletes, paths))
     if not merge_on_read:
         return Split(plan, {}, {p: hidden[p] for p in paths if p in hidden})
     schema = arrow_schema(table)
