@@ -13,6 +13,7 @@ files to rewrite, and the positions to record in delete files for the others.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +31,8 @@ from streambed.merge.arrow_merger import removed_mask
 from streambed.merge.contract import FIELD_ID, conform
 from streambed.merge.plan import MergePlan
 from streambed.merge.write_mode import FileChange, choose
+
+logger = logging.getLogger("streambed.merge.positions")
 
 
 @dataclass(frozen=True)
@@ -135,4 +138,13 @@ def plan_flush(
     schema = arrow_schema(table)
     key_schema = pa.schema([schema.field(n) for n in key_columns(table)])
     found = find_positions(paths, keys, key_schema, hidden, table.io.properties)
-    return split_plan(plan, found, hidden, rewrite_share)
+    split = split_plan(plan, found, hidden, rewrite_share)
+    rewritten = len(split.rewrite.rewrite)
+    logger.debug(
+        "write mode for %s: rewrite %d files, delete files for %d, %d hold no removed key",
+        ".".join(table.name()),
+        rewritten,
+        len(split.positions),
+        len(paths) - rewritten - len(split.positions),
+    )
+    return split
