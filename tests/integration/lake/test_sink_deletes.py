@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pytest
@@ -29,9 +29,14 @@ from streambed.lake.commit import commit
 from streambed.lake.deletes import current_files, referenced
 from streambed.lake.expire import Retention, expire
 from streambed.lake.sweep import referenced_files
+from streambed.merge.executor import SparkMerger
 from streambed.pgoutput.messages import Relation, RelationColumn
 from streambed.sink import IcebergSink
 from streambed.storage.s3 import S3Access
+from tests.fixtures.spark import PANDAS_WARNING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.integration
 
@@ -293,3 +298,23 @@ def test_expiry_and_sweep_keep_live_delete_files_and_remove_dead_ones(
     assert not first & referenced  # only expired snapshots named them: unreferenced now
     model = {i: "a" for i in range(100) if i not in (3, 4, 6)} | {5: "b"}
     assert _duck_rows(duck, table) == model
+
+
+@pytest.mark.filterwarnings(PANDAS_WARNING)
+def test_a_spark_rewrite_applies_pending_deletes(
+    spark: SparkSession, scratch: Path, duck: duckdb.DuckDBPyConnection
+) -> None:
+    with tempfile.TemporaryDirectory(dir=scratch) as name:
+        catalog = open_catalog(Settings(source_url="postgresql://unused", data_dir=Path(name)))
+        sink = IcebergSink(catalog, lambda: SparkMerger(spark), merge_local_bytes=0)
+        model = {i: "a" for i in range(200)}
+        sink.apply(_delta(100, model))
+        sink.apply(_delta(200, {7: "b"}, removed=[7, 8]))  # delete file: old 7 and 8 hidden
+        del model[8]
+        model[7] = "b"
+        sink.write_mode = "copy-on-write"  # now Spark rewrites both files
+        sink.apply(_delta(300, {9: "c", 7: "d"}, removed=[9, 7]))
+        model |= {9: "c", 7: "d"}
+        table = catalog.load_table(NAME)
+        assert not current_files(table).deletes
+        assert _duck_rows(duck, table) == model
