@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from streambed.config import Settings
 from streambed.errors import SourceError, StateError
@@ -29,6 +29,10 @@ from streambed.replication.slot_watch import margin_warning, size_text
 from streambed.sink import IcebergSink
 from streambed.source import PostgresSource
 from streambed.state.store import StateStore
+
+if TYPE_CHECKING:
+    from streambed.metrics.endpoint import RunMetrics
+    from streambed.metrics.replication import ReplicationMetrics
 
 logger = logging.getLogger("streambed")
 
@@ -60,10 +64,15 @@ def _merger(settings: Settings) -> Callable[[], Any]:
 
 
 def build_pipeline(
-    settings: Settings, on_commit: Callable[[int], None] | None = None, *, copy: bool = True
+    settings: Settings,
+    on_commit: Callable[[int], None] | None = None,
+    *,
+    copy: bool = True,
+    metrics: ReplicationMetrics | None = None,
 ) -> Runtime:
     """Open state and lake, reconcile them (Iceberg wins), and build the pipeline. With
-    `copy`, tables that are not ready are copied (`streambed.copy`) before they stream."""
+    `copy`, tables that are not ready are copied (`streambed.copy`) before they stream.
+    `metrics`: what the pipeline, the lake, the slot and the copies report to."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     state = StateStore(settings.state_path)
     catalog = open_catalog(settings)
@@ -78,11 +87,16 @@ def build_pipeline(
         resync=state.request_resync if copy else None,
         retention=Retention(settings.snapshot_retention, settings.snapshot_max),
         merge_local_bytes=settings.merge_local_bytes,
+        observer=metrics,
     )
     reconcile(state, sink)
-    source = PostgresSource(settings, export_snapshot=copy)
+    source = PostgresSource(
+        settings,
+        export_snapshot=copy,
+        on_slot_health=metrics.slot if metrics is not None else None,
+    )
     source.before_new_slot = _new_slot(settings, state, copy=copy)
-    pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit)
+    pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit, observer=metrics)
 
     def recover() -> None:  # after a storage failure, before streaming again
         sink.reset()
@@ -90,7 +104,7 @@ def build_pipeline(
 
     pipeline.recover = recover
     if copy:
-        pipeline.copier = _copier(settings, state, sink, pipeline)
+        pipeline.copier = _copier(settings, state, sink, pipeline, metrics)
     return Runtime(settings, state, sink, source, pipeline)
 
 
@@ -123,8 +137,15 @@ def reconcile(state: StateStore, sink: IcebergSink) -> None:
         state.reconcile(t.schema, t.name, lake_lsn, locations.get((t.schema, t.name)))
 
 
-def _copier(settings: Settings, state: StateStore, sink: IcebergSink, pipeline: Pipeline) -> Any:
+def _copier(
+    settings: Settings,
+    state: StateStore,
+    sink: IcebergSink,
+    pipeline: Pipeline,
+    metrics: ReplicationMetrics | None,
+) -> Any:
     from streambed.copy.manager import CopyManager
+    from streambed.copy.progress import ProgressBoard
     from streambed.merge.pyarrow_source import fs_options
     from streambed.merge.spark_session import get_spark
 
@@ -141,16 +162,41 @@ def _copier(settings: Settings, state: StateStore, sink: IcebergSink, pipeline: 
         fs_options(settings),
         base_types=sink.source.base_types if sink.source is not None else None,
         on_commit=on_commit,
+        progress=ProgressBoard(
+            settings.source_url,
+            on_progress=metrics.copy_progress if metrics is not None else None,
+        ),
     )
 
 
 def run(settings: Settings) -> None:
-    runtime = build_pipeline(settings)
+    # The metrics endpoint (streambed.metrics): its port is bound first, so a busy one stops
+    # the start before anything else; it answers from when the query process started.
+    metrics = None
+    if settings.metrics_host_port is not None:
+        from streambed.metrics.endpoint import RunMetrics
+
+        metrics = RunMetrics(settings.metrics_host_port)
+    try:
+        _run(settings, metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _run(settings: Settings, metrics: RunMetrics | None) -> None:
+    runtime = build_pipeline(settings, metrics=metrics.replication if metrics is not None else None)
     # Queries are served by a process of their own, which the pipeline's commits refresh
     # and which is started again if it dies (streambed.server.supervisor).
     from streambed.server.supervisor import start_query_process
 
-    query = start_query_process(settings)
+    try:
+        query = start_query_process(settings, metrics.children if metrics is not None else None)
+    except BaseException:
+        runtime.close()
+        raise
+    if metrics is not None:
+        metrics.serve(query)
     if query is not None:
         runtime.pipeline.on_commit = query.notify
     runtime.pipeline.install_signal_handlers()

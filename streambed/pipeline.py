@@ -43,6 +43,10 @@ the credentials or the access (`Kind.STORAGE_AUTH`) is not retried: the process 
 Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
 changes are dropped, the stream is acknowledged no further than where they were first
 dropped, and when a copy commits the stream is restarted so the slot sends them again.
+
+An `observer` (`Observer`, optional: `streambed.metrics.replication`) hears of each commit
+read, each flush and its changes, an idle stream, and whether the stream is open and why
+not; it only records, on the loop's thread.
 """
 
 from __future__ import annotations
@@ -129,6 +133,18 @@ class Copier(Protocol):
     def stopping(self) -> None: ...
 
 
+class Observer(Protocol):
+    """What the loop reports as it goes (`streambed.metrics.replication.ReplicationMetrics`)."""
+
+    def commit_read(self, commit_ts: int, *, buffered: bool) -> None: ...
+    def idle(self) -> None: ...
+    def dropped(self) -> None: ...
+    def flushed(
+        self, seconds: float, changes: Mapping[tuple[str, str], Mapping[str, int]]
+    ) -> None: ...
+    def streaming(self, reason: str | None) -> None: ...
+
+
 BLOCKED = (1 << 64) - 1  # the frontier of a table being copied: all its changes are dropped
 
 
@@ -152,6 +168,7 @@ class Pipeline:
     recover: Callable[[], None] | None = None
     """After a storage failure, before streaming again (`streambed.app`: the sink forgets
     its cached tables and the state store is reconciled with Iceberg)."""
+    observer: Observer | None = None
 
     def __post_init__(self) -> None:
         self._stop = False
@@ -203,6 +220,7 @@ class Pipeline:
             except SourceError as e:
                 if not _transient(e, retrier.attempt):
                     raise
+                self._report(f"the source is not reachable, retrying: {e}")
                 delay = retrier.next_delay()
                 log(
                     logger,
@@ -217,14 +235,17 @@ class Pipeline:
                 self._sleep(self._storage_failed(e))
                 continue
             retrier.reset()
+            self._report(None)
             try:
                 if not self._stream(stream, until):
+                    self._report("replication stopped")
                     return
                 self._read_again()  # a copy committed (see the module doc)
             except SourceError as e:
                 if e.kind is not Kind.SOURCE_UNREACHABLE:
                     raise
                 log(logger, "replication connection lost", logging.WARNING, error=str(e))
+                self._report(f"the replication connection was lost, reconnecting: {e}")
                 # Committed changes are durable once flushed; everything not yet committed
                 # will be sent again from the slot's confirmed position.
                 try:
@@ -245,6 +266,7 @@ class Pipeline:
             raise error
         self._read_again()
         self._recovering = True
+        self._report(f"storage failed, retrying: {error}")
         if self._stop:
             log(
                 logger,
@@ -270,6 +292,8 @@ class Pipeline:
         from the slot's confirmed position."""
         self._buffer = self._new_buffer()
         self._frontiers.clear()
+        if self.observer is not None:
+            self.observer.dropped()
 
     def _flush_while_disconnected(self) -> None:
         """Flush what is committed; if that needs the (unreachable) source, keep it buffered:
@@ -330,6 +354,8 @@ class Pipeline:
                 # Nothing buffered or open: every change before that WAL end is durable or
                 # was not for us, so the slot may move on (and release the WAL it pins).
                 stream.ack(batch.keepalive_end)
+                if self.observer is not None:
+                    self.observer.idle()
             if not batch.payloads and self._behind:
                 self._caught_up()  # the source has nothing more to send right now
             now = time.monotonic()
@@ -357,6 +383,10 @@ class Pipeline:
         """The interval trigger's wait: paced by the flushes' cost, stretched while behind."""
         return self._pacer.interval(self._behind, CATCH_UP_INTERVAL_FACTOR)
 
+    def _report(self, not_streaming: str | None) -> None:
+        if self.observer is not None:
+            self.observer.streaming(not_streaming)
+
     def _idle(self) -> bool:
         b = self._buffer
         return not b.dirty and not b.in_transaction and b.staged_streams == 0
@@ -372,6 +402,8 @@ class Pipeline:
             assert isinstance(msg, m.Commit)
             b.commit(msg.commit_lsn, msg.end_lsn)
             self._commit_age(msg.commit_ts)
+            if self.observer is not None:
+                self.observer.commit_read(msg.commit_ts, buffered=b.dirty)
         elif kind is m.Relation:
             assert isinstance(msg, m.Relation)
             self._relation(msg, stream)
@@ -389,6 +421,8 @@ class Pipeline:
             assert isinstance(msg, m.StreamCommit)
             b.stream_commit(msg.xid, msg.commit_lsn, msg.end_lsn)
             self._commit_age(msg.commit_ts)
+            if self.observer is not None:
+                self.observer.commit_read(msg.commit_ts, buffered=b.dirty)
         elif kind is m.StreamAbort:
             assert isinstance(msg, m.StreamAbort)
             b.stream_abort(msg.xid, msg.subxid)
@@ -437,6 +471,7 @@ class Pipeline:
         end_lsn = self._buffer.last_end_lsn
         commit_lsn = self._buffer.last_commit_lsn
         deltas = self._buffer.drain()  # may be empty: changes that cancelled out
+        changes = self._buffer.take_changes()
         assert commit_lsn is not None
         locations: dict[tuple[str, str], str] = {}
         rows = 0
@@ -464,6 +499,8 @@ class Pipeline:
         self.stats.rows += rows
         self.stats.last_seconds = seconds
         self.stats.last_lsn = commit_lsn
+        if self.observer is not None:
+            self.observer.flushed(seconds, changes)
         log(
             logger,
             "flushed",
@@ -484,7 +521,11 @@ class Pipeline:
         # streambed.buffer); others get every committed transaction whole.
         stage = getattr(self.sink, "stage", None)
         return ChangeBuffer(
-            self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier, stage
+            self.settings.spill_dir,
+            self.settings.txn_memory_bytes,
+            self._frontier,
+            stage,
+            count_changes=self.observer is not None,
         )
 
     def _watermark_lsn(self, commit_lsn: int) -> int:

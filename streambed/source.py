@@ -17,6 +17,7 @@ from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
 from streambed.replication.connection import ReplicationConnection, sql_connect
 from streambed.replication.heartbeat import Heartbeat
+from streambed.replication.setup import SlotHealth
 from streambed.replication.slot_watch import CHECK_SECONDS, SlotWatch
 from streambed.replication.stream import ReplicationStream
 
@@ -26,7 +27,14 @@ logger = logging.getLogger("streambed.source")
 class PostgresSource:
     """Implements `streambed.pipeline.Source` on a real Postgres."""
 
-    def __init__(self, settings: Settings, *, export_snapshot: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        export_snapshot: bool = False,
+        on_slot_health: Callable[[SlotHealth | None], None] | None = None,
+    ) -> None:
+        """`on_slot_health`: each reading of the slot (`SlotWatch`), for the metrics."""
         self.settings = settings
         self.export_snapshot = export_snapshot
         # The snapshot of the slot when `prepare` created it (export_snapshot): the initial
@@ -38,7 +46,10 @@ class PostgresSource:
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
         self._slot_watch = SlotWatch(
-            settings.source_url, settings.slot, every=settings.heartbeat_interval or CHECK_SECONDS
+            settings.source_url,
+            settings.slot,
+            every=settings.heartbeat_interval or CHECK_SECONDS,
+            on_health=on_slot_health,
         )
 
     def prepare(self) -> None:
