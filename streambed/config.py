@@ -338,17 +338,11 @@ class Settings:
 
     @property
     def query_host_port(self) -> tuple[str, int] | None:
-        if not self.query_listen:
-            return None
-        host, _, port = self.query_listen.rpartition(":")
-        return host or "127.0.0.1", int(port)
+        return _host_port(self.query_listen)
 
     @property
     def metrics_host_port(self) -> tuple[str, int] | None:
-        if not self.metrics_listen:
-            return None
-        host, _, port = self.metrics_listen.rpartition(":")
-        return host or "127.0.0.1", int(port)
+        return _host_port(self.metrics_listen)
 
     def redacted_source_url(self) -> str:
         return redact_url(self.source_url)
@@ -621,6 +615,16 @@ def unknown_variables(env: Mapping[str, str]) -> list[str]:
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a validated host:port setting (no host: 127.0.0.1); None if empty."""
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
 

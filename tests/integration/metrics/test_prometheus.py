@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -264,3 +266,29 @@ def test_query_counters_survive_a_killed_query_process(scraped: Scraped) -> None
     # the dead process's count is kept, the new one's added: no reset
     s.wait_value("streambed_queries_total", f"v > {queries}", "the queries after the restart")
     assert s.value("resets(streambed_queries_total[5m])") == 0
+
+
+def test_a_metrics_port_in_use_stops_the_start_with_the_query_ports_error(
+    tmp_path: Path,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "streambed.cli", "run"],
+            env={
+                **os.environ,
+                "STREAMBED_SOURCE_URL": "postgresql://nobody@127.0.0.1:1/none",
+                "STREAMBED_DATA_DIR": str(tmp_path / "data"),
+                "STREAMBED_QUERY_LISTEN": "",
+                "STREAMBED_METRICS_LISTEN": f"127.0.0.1:{port}",
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"STREAMBED_METRICS_LISTEN=127.0.0.1:{port}: the metrics endpoint cannot listen there "
+        "(Address already in use)"
+    ) in done.stderr
+    assert not (tmp_path / "data").exists()  # nothing started
