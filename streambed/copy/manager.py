@@ -20,13 +20,13 @@ The rules the pipeline follows through this class:
   as below.
 - A copy that fails because the source is unreachable (restarting, down, the network:
   `Kind.SOURCE_UNREACHABLE`) keeps its hold and is copied again under a new snapshot after
-  a backoff (1 s doubling up to `RETRY_MAX_SECONDS`), for as long as the process runs.
+  a backoff (`streambed.retry`), for as long as the process runs.
   Snapshots lost before the source was found unreachable do not count towards
   `SNAPSHOT_ATTEMPTS`.
 - A copy that fails in Spark or in storage (`Kind.STORAGE`: a Python worker killed, an
   object store error) leaves the table `pending` and blocked, releases its hold, and is
-  copied again under a new snapshot after a backoff (1 s doubling up to
-  `STORAGE_RETRY_MAX_SECONDS`), as `streambed resync` would, for as long as the process runs.
+  copied again under a new snapshot after a backoff (up to ten minutes:
+  `streambed.retry`), as `streambed resync` would, for as long as the process runs.
 - A copy the object store refuses (`Kind.STORAGE_AUTH`: credentials revoked or rotated, the
   key no longer allowed to write) stops the process at the next `step`, as a flush refused
   the same way does: retrying cannot fix it. The table stays `pending`.
@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import random
 import threading
 import time
 import uuid
@@ -92,8 +91,8 @@ from streambed.lsn import format_lsn
 from streambed.names import qualified
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
-from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.connection import sql_connect
+from streambed.retry import RetryPolicy, Work
 from streambed.state.store import StateStore, TableState
 
 if TYPE_CHECKING:
@@ -109,19 +108,12 @@ RESYNC_POLL_SECONDS: Final = 2.0
 SNAPSHOT_ATTEMPTS: Final = 3
 """Snapshots a table's copy may take when each expires before its tasks imported it."""
 
-RETRY_MAX_SECONDS: Final = 60.0
-"""The longest wait before copying again a table whose copy found the source unreachable."""
-
 CLOSE_WAIT_SECONDS: Final = 30.0
 """How long `close` waits for the copies running to stop: a copy here stops at its ranges'
 next batch, a cancelled Spark job once its tasks are killed."""
 
 CANCEL_EVERY_SECONDS: Final = 0.5
 """While `close` waits, how often it cancels the Spark copies' jobs again."""
-
-STORAGE_RETRY_MAX_SECONDS: Final = 600.0
-"""The longest wait before copying again a table whose copy failed in Spark or storage: a
-failure that is not transient then costs one copy every ten minutes, not one a minute."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +162,7 @@ class CopyManager:
         progress: ProgressBoard | None = None,
         on_commit: Callable[[int], None] | None = None,
         base_types: Callable[[list[int]], Mapping[int, tuple[int, int]]] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.settings = settings
         self.state = state
@@ -194,8 +187,8 @@ class CopyManager:
         self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
         self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
         self._resync_after: set[Name] = set()  # resync requested while its copy ran or waited
-        self._retrier = Retrier(Backoff(initial=1.0, maximum=RETRY_MAX_SECONDS))
-        self._storage_backoff = Backoff(initial=1.0, maximum=STORAGE_RETRY_MAX_SECONDS)
+        self.retry = retry or RetryPolicy()
+        self._unreachable_failures = 0  # consecutive copies that found the source unreachable
         self._storage_failures: dict[Name, int] = {}  # consecutive, per table
         self._copy_again_at: dict[Name, float] = {}  # failed in Spark or storage: when
         self._closing = threading.Event()
@@ -527,7 +520,12 @@ class CopyManager:
         False when the manager closed meanwhile."""
         with self._lock:
             waiting, self._waiting = self._waiting, []
-            delay = self._retrier.next_delay() if waiting else 0.0
+            delay = 0.0
+            if waiting:
+                delay = self.retry.delay(
+                    Kind.SOURCE_UNREACHABLE, self._unreachable_failures, Work.COPY
+                )
+                self._unreachable_failures += 1
         if not waiting:
             return True
         log(
@@ -703,7 +701,7 @@ class CopyManager:
             self._snapshots_taken.pop(name, None)
             self._storage_failures.pop(name, None)
             self._copy_again_at.pop(name, None)  # a resync copied it meanwhile
-            self._retrier.reset()
+            self._unreachable_failures = 0
         self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
         self.progress.finish(info.qualified, result.rows, copying=result.copying_seconds)
         log(
@@ -797,7 +795,7 @@ class CopyManager:
             with self._lock:
                 failures = self._storage_failures.get(name, 0)
                 self._storage_failures[name] = failures + 1
-                delay = self._storage_backoff.delay(failures, random.random())
+                delay = self.retry.delay(Kind.STORAGE, failures, Work.COPY)
                 self._copy_again_at[name] = time.monotonic() + delay
                 self._outcomes.append(Outcome(name, error=error))
             log(
