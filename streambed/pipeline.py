@@ -33,7 +33,7 @@ commits read is the measure of being behind. A source clock far behind this mach
 every commit look old; the stretched interval still bounds how long changes wait.
 
 A storage failure (`Kind.STORAGE`: the object store or the warehouse failed during a flush)
-is retried as the source's outages are (backoff 0.5 s up to 30 s, forever): everything
+is retried as the source's outages are (`streambed.retry`, forever): everything
 buffered is dropped and the stream is opened again from the slot's confirmed position, as a
 restart would. Nothing past the last flush was acknowledged, so the slot sends it again;
 before streaming again `recover` lets the lake side reload its tables and the state store
@@ -70,8 +70,8 @@ from streambed.lsn import format_lsn
 from streambed.names import qualified, table_selected
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
-from streambed.replication.backoff import Retrier
 from streambed.replication.stream import Batch, pg_now
+from streambed.retry import RetryPolicy, Work
 
 logger = logging.getLogger("streambed.pipeline")
 
@@ -168,6 +168,7 @@ class Pipeline:
     recover: Callable[[], None] | None = None
     """After a storage failure, before streaming again (`streambed.app`: the sink forgets
     its cached tables and the state store is reconciled with Iceberg)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     observer: Observer | None = None
 
     def __post_init__(self) -> None:
@@ -178,7 +179,7 @@ class Pipeline:
         self._last_flush = time.monotonic()
         self._behind = False  # catching up: see "Catching up" in the module doc
         self._pacer = FlushPacer(self.settings.flush_interval)  # see "Pacing"
-        self._storage = Retrier()  # consecutive storage failures
+        self._storage_failures = 0  # consecutive
         self._recovering = False  # a storage failure: `recover` before streaming again
 
     # ---- control --------------------------------------------------------------------
@@ -201,7 +202,7 @@ class Pipeline:
     def run(self, *, until: Callable[[], bool] | None = None) -> None:
         """Stream until stopped; reconnect with backoff when the source goes away, and
         read again from the slot when storage fails (see the module doc)."""
-        retrier = Retrier()
+        failures = 0  # consecutive failures to open the stream
         prepared = False
         while not self._stop:
             pause = 0.0
@@ -218,10 +219,12 @@ class Pipeline:
                 if self.copier is not None:
                     stream = self.copier.hold(stream)
             except SourceError as e:
-                if not _transient(e, retrier.attempt):
+                decision = self.retry.decide(e, failures, Work.STREAM)
+                if not decision.retry:
                     raise
-                self._report(f"the source is not reachable, retrying: {e}")
-                delay = retrier.next_delay()
+                self._report(f"the source is not ready, retrying: {e}")
+                failures += 1
+                delay = decision.delay
                 log(
                     logger,
                     "source not ready, retrying",
@@ -234,7 +237,7 @@ class Pipeline:
             except StreambedError as e:
                 self._sleep(self._storage_failed(e))
                 continue
-            retrier.reset()
+            failures = 0
             self._report(None)
             try:
                 if not self._stream(stream, until):
@@ -242,7 +245,7 @@ class Pipeline:
                     return
                 self._read_again()  # a copy committed (see the module doc)
             except SourceError as e:
-                if e.kind is not Kind.SOURCE_UNREACHABLE:
+                if not self.retry.retries(e.kind):
                     raise
                 log(logger, "replication connection lost", logging.WARNING, error=str(e))
                 self._report(f"the replication connection was lost, reconnecting: {e}")
@@ -276,13 +279,14 @@ class Pipeline:
                 error=str(error),
             )
             return 0.0
-        delay = self._storage.next_delay()
+        delay = self.retry.delay(error.kind, self._storage_failures, Work.STREAM)
+        self._storage_failures += 1
         log(
             logger,
             "storage failed, retrying",
             logging.WARNING,
             error=str(error),
-            attempt=self._storage.attempt,
+            attempt=self._storage_failures,
             retry_in=f"{delay:.1f}s",
         )
         return delay
@@ -492,9 +496,9 @@ class Pipeline:
         self._last_flush = time.monotonic()  # the copier's poll counts from a flush's end
         seconds = self._last_flush - started
         self._pacer.record(seconds)
-        if self._storage.attempt:
-            log(logger, "storage is back", failures=self._storage.attempt)
-            self._storage.reset()
+        if self._storage_failures:
+            log(logger, "storage is back", failures=self._storage_failures)
+            self._storage_failures = 0
         self.stats.flushes += 1
         self.stats.rows += rows
         self.stats.last_seconds = seconds
@@ -543,14 +547,3 @@ class Pipeline:
         if key not in self._frontiers:
             self._frontiers[key] = self.sink.frontier(schema, name)
         return self._frontiers[key]
-
-
-# A slot stays "active" for a moment after the process that used it died (until its
-# walsender notices): retry that a limited number of times before asking an operator.
-SLOT_BUSY_ATTEMPTS = 12
-
-
-def _transient(error: SourceError, attempt: int) -> bool:
-    if error.kind is Kind.SOURCE_UNREACHABLE:
-        return True
-    return "is active for pid" in str(error) and attempt < SLOT_BUSY_ATTEMPTS

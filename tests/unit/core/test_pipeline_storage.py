@@ -22,8 +22,8 @@ from streambed.errors import Kind, StorageError, StreambedError
 from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import Begin, Commit, Insert, Message, Relation, RelationColumn
 from streambed.pipeline import Pipeline
-from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.stream import Batch, pg_now
+from streambed.retry import RetryPolicy
 from tests.unit.core.test_pipeline_catch_up import FakeState
 
 RELATION = Relation(
@@ -134,9 +134,9 @@ def pipeline_for(tmp_path: Path, slot: FakeSlot, sink: FailingSink) -> Pipeline:
             "STREAMBED_FLUSH_INTERVAL": "0.001",
         }
     )
-    pipeline = Pipeline(config, slot, sink, FakeState(), recover=sink.recover)
-    pipeline._storage = Retrier(Backoff(initial=0.001, maximum=0.001))
-    return pipeline
+    return Pipeline(
+        config, slot, sink, FakeState(), recover=sink.recover, retry=RetryPolicy.immediate()
+    )
 
 
 @settings(max_examples=25, deadline=None)

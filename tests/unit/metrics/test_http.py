@@ -56,10 +56,10 @@ def test_health_and_readiness(served: tuple[MetricsServer, Replication]) -> None
     server, replication = served
     assert get(server.port, "/healthz")[::2] == (200, "ok\n")
     assert get(server.port, "/readyz")[::2] == (200, "ready\n")
-    replication.not_streaming = "the source is not reachable, retrying: refused"
+    replication.not_streaming = "the source is not ready, retrying: refused"
     assert get(server.port, "/readyz")[::2] == (
         503,
-        "not ready:\n- replication: the source is not reachable, retrying: refused\n",
+        "not ready:\n- replication: the source is not ready, retrying: refused\n",
     )
     assert get(server.port, "/healthz")[0] == 200  # alive all the same
 
