@@ -33,6 +33,7 @@ from streambed.state.store import StateStore
 if TYPE_CHECKING:
     from streambed.metrics.endpoint import RunMetrics
     from streambed.metrics.replication import ReplicationMetrics
+    from streambed.server.supervisor import QuerySupervisor
 
 logger = logging.getLogger("streambed")
 
@@ -170,35 +171,42 @@ def _copier(
 
 
 def run(settings: Settings) -> None:
-    # The metrics endpoint (streambed.metrics): its port is bound first, so a busy one stops
-    # the start before anything else; it answers from when the query process started.
-    metrics = None
-    if settings.metrics_host_port is not None:
-        from streambed.metrics.endpoint import RunMetrics
+    # Both ports are bound before anything else (a busy one stops the start), and the
+    # metrics endpoint (streambed.metrics) answers from then on, while the rest starts.
+    # Queries are served by a process of their own, which the pipeline's commits refresh
+    # and which is started again if it dies (streambed.server.supervisor).
+    from streambed.server.supervisor import query_process
 
-        metrics = RunMetrics(settings.metrics_host_port)
+    metrics = None
+    query = None
     try:
-        _run(settings, metrics)
+        if settings.metrics_host_port is not None:
+            from streambed.metrics.endpoint import RunMetrics
+
+            metrics = RunMetrics(settings.metrics_host_port)
+        query = query_process(settings, metrics.children if metrics is not None else None)
+        if metrics is not None:
+            metrics.serve(query)
+        _run(settings, metrics, query)
     finally:
+        if query is not None:
+            query.stop()
         if metrics is not None:
             metrics.close()
 
 
-def _run(settings: Settings, metrics: RunMetrics | None) -> None:
-    runtime = build_pipeline(settings, metrics=metrics.replication if metrics is not None else None)
-    # Queries are served by a process of their own, which the pipeline's commits refresh
-    # and which is started again if it dies (streambed.server.supervisor).
-    from streambed.server.supervisor import start_query_process
-
-    try:
-        query = start_query_process(settings, metrics.children if metrics is not None else None)
-    except BaseException:
-        runtime.close()
-        raise
-    if metrics is not None:
-        metrics.serve(query)
+def _run(settings: Settings, metrics: RunMetrics | None, query: QuerySupervisor | None) -> None:
+    runtime = build_pipeline(
+        settings,
+        on_commit=query.notify if query is not None else None,
+        metrics=metrics.replication if metrics is not None else None,
+    )
     if query is not None:
-        runtime.pipeline.on_commit = query.notify
+        try:
+            query.start()
+        except BaseException:
+            runtime.close()
+            raise
     runtime.pipeline.install_signal_handlers()
     if query is not None:
         query.stop_on_signals()

@@ -3,8 +3,9 @@
 `RunMetrics` binds `STREAMBED_METRICS_LISTEN` when it is made (a busy port is the same
 `ConfigError` the query port gives), then holds the registry: the process's own metrics
 (CPU, memory, open files), the replication side's (`replication`) and the query processes'
-(`children`). `serve` starts the HTTP endpoint once the query process is known, for
-/readyz; `close` stops it and removes the query processes' metric files.
+(`children`). `serve` starts the HTTP endpoint, with the query process's supervisor (made,
+not necessarily started) for /readyz; `close` stops it and removes the query processes'
+metric files.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ class QueryProcess(Collector):
     def problem(self) -> str | None:
         """Why queries are not served now; None when they are."""
         if self._supervisor.pid is None:
-            return "the query server's process is not running: it is being started again"
+            return "the query server's process is not running (starting, or starting again)"
         if not self._children.serving():
             return "the query server's process is starting"
         return None

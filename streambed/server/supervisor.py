@@ -189,8 +189,10 @@ class QuerySupervisor:
 
     def stop(self, timeout: float = STOP_SECONDS) -> None:
         """End the child (end of file on its stdin, then SIGKILL after `timeout`), stop
-        restarting it and close the listening socket."""
+        restarting it and close the listening socket. Once: later calls do nothing."""
         with self._lock:
+            if self._stopping:
+                return
             self._stopping = True
             self._stopped.set()
             proc = self._proc
@@ -330,12 +332,12 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-def start_query_process(
+def query_process(
     settings: Settings, metrics: ChildMetrics | None = None
 ) -> QuerySupervisor | None:
-    """Check the query server's configuration, bind its port and start its process; None
-    when STREAMBED_QUERY_LISTEN is empty. Raises `ConfigError` before anything starts.
-    `metrics`: where its processes keep their metrics."""
+    """Check the query server's configuration and bind its port: its supervisor, whose
+    `start()` starts the process; None when STREAMBED_QUERY_LISTEN is empty. Raises
+    `ConfigError` before anything starts. `metrics`: where its processes keep their metrics."""
     if settings.query_host_port is None:
         return None
     from streambed.server.wire.server import ServerOptions
@@ -352,7 +354,7 @@ def start_query_process(
             ) from e
     listener = listen(options.host, options.port)
     try:
-        supervisor = QuerySupervisor(settings, listener, metrics=metrics).start()
+        supervisor = QuerySupervisor(settings, listener, metrics=metrics)
     except BaseException:
         listener.close()
         raise
@@ -364,3 +366,17 @@ def start_query_process(
         connect=f"psql -h {host} -p {port}",
     )
     return supervisor
+
+
+def start_query_process(
+    settings: Settings, metrics: ChildMetrics | None = None
+) -> QuerySupervisor | None:
+    """`query_process`, started."""
+    supervisor = query_process(settings, metrics)
+    if supervisor is None:
+        return None
+    try:
+        return supervisor.start()
+    except BaseException:
+        supervisor.listener.close()
+        raise
