@@ -12,7 +12,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +85,12 @@ class Scraped:
 def scraped(
     pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scraped]:
-    name = "metrics_" + uuid.uuid4().hex[:10]
-    pg_server.create_database(name)
-    url = pg_server.url(name)
-    root = tmp_path_factory.mktemp("metrics")
+    with pg_server.scratch_database("metrics_") as (name, url):
+        yield from _scraped(name, url, tmp_path_factory.mktemp("metrics"))
+
+
+def _scraped(name: str, url: str, root: Path) -> Iterator[Scraped]:
+    """One `streambed run` on the database at `url`, scraped by a Prometheus."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA shop")
         conn.execute("CREATE TABLE shop.items (id int PRIMARY KEY, note text)")
@@ -100,6 +101,7 @@ def scraped(
     run = StreambedProcess(
         {
             "STREAMBED_SOURCE_URL": url,
+            "STREAMBED_SLOT": name,  # slots are the cluster's: other tests' runs have theirs
             "STREAMBED_DATA_DIR": str(root / "data"),
             "STREAMBED_FLUSH_INTERVAL": "0.3",
             "STREAMBED_HEARTBEAT_INTERVAL": "1",
@@ -123,8 +125,6 @@ def scraped(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 run.stop(60)
         run.kill()
-        if not pg_server.removed and pg_server.running:
-            pg_server.drop_database(name)
 
 
 def test_health_endpoints_answer_and_unknown_paths_are_404(scraped: Scraped) -> None:
