@@ -72,6 +72,7 @@ from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
 from streambed.replication.stream import Batch, pg_now
 from streambed.retry import RetryPolicy, Work
+from streambed.state.store import Watermark
 
 logger = logging.getLogger("streambed.pipeline")
 
@@ -106,8 +107,11 @@ class Source(Protocol):
 
 
 class Sink(Protocol):
-    """The lake: apply deltas (write + commit) and report each table's frontier."""
+    """The lake: apply deltas (write + commit) and report each table's frontier. `stage`
+    writes a part of a large committed transaction without committing it (see
+    streambed.buffer), so that memory stays bounded."""
 
+    def stage(self, delta: TableDelta) -> None: ...
     def apply(self, delta: TableDelta) -> str: ...
     def frontier(self, schema: str, table: str) -> int | None: ...
     def metadata_locations(self) -> Mapping[tuple[str, str], str]: ...
@@ -116,6 +120,7 @@ class Sink(Protocol):
 class State(Protocol):
     def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None: ...
     def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None: ...
+    def latest_watermark(self) -> Watermark | None: ...
     def register(
         self, schema: str, name: str, relation_id: int, status: Literal["ready"]
     ) -> object: ...
@@ -521,14 +526,11 @@ class Pipeline:
 
     def _new_buffer(self) -> ChangeBuffer:
         self._wanted: set[int] = set()
-        # A sink that can stage parts of a large transaction bounds its memory (see
-        # streambed.buffer); others get every committed transaction whole.
-        stage = getattr(self.sink, "stage", None)
         return ChangeBuffer(
             self.settings.spill_dir,
             self.settings.txn_memory_bytes,
             self._frontier,
-            stage,
+            self.sink.stage,
             count_changes=self.observer is not None,
         )
 
@@ -536,8 +538,7 @@ class Pipeline:
         """Watermarks only move forward. After a copy the stream re-reads from an earlier
         position (see the module doc), so a flush may commit below the last watermark; the
         lake then holds at least what that watermark promised, at the watermark's LSN."""
-        latest = getattr(self.state, "latest_watermark", None)
-        mark = latest() if latest is not None else None
+        mark = self.state.latest_watermark()
         return commit_lsn if mark is None else max(commit_lsn, mark.lsn)
 
     def _frontier(self, schema: str, name: str) -> int | None:
