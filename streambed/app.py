@@ -31,6 +31,7 @@ from streambed.source import PostgresSource
 from streambed.state.store import StateStore
 
 if TYPE_CHECKING:
+    from streambed.copy.manager import CopyManager
     from streambed.metrics.endpoint import RunMetrics
     from streambed.metrics.replication import ReplicationMetrics
     from streambed.server.supervisor import QuerySupervisor
@@ -95,17 +96,23 @@ def build_pipeline(
         settings,
         export_snapshot=copy,
         on_slot_health=metrics.slot if metrics is not None else None,
+        before_new_slot=_new_slot(settings, state, copy=copy),
     )
-    source.before_new_slot = _new_slot(settings, state, copy=copy)
-    pipeline = Pipeline(settings, source, sink, state, on_commit=on_commit, observer=metrics)
 
     def recover() -> None:  # after a storage failure, before streaming again
         sink.reset()
         reconcile(state, sink)
 
-    pipeline.recover = recover
-    if copy:
-        pipeline.copier = _copier(settings, state, sink, pipeline, metrics)
+    pipeline = Pipeline(
+        settings,
+        source,
+        sink,
+        state,
+        on_commit=on_commit,
+        observer=metrics,
+        copier=_copier(settings, state, sink, on_commit, metrics) if copy else None,
+        recover=recover,
+    )
     return Runtime(settings, state, sink, source, pipeline)
 
 
@@ -142,17 +149,13 @@ def _copier(
     settings: Settings,
     state: StateStore,
     sink: IcebergSink,
-    pipeline: Pipeline,
+    on_commit: Callable[[int], None] | None,
     metrics: ReplicationMetrics | None,
-) -> Any:
+) -> CopyManager:
     from streambed.copy.manager import CopyManager
     from streambed.copy.progress import ProgressBoard
     from streambed.merge.pyarrow_source import fs_options
     from streambed.merge.spark_session import get_spark
-
-    def on_commit(lsn: int) -> None:
-        if pipeline.on_commit is not None:
-            pipeline.on_commit(lsn)
 
     return CopyManager(
         settings,

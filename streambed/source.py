@@ -33,8 +33,11 @@ class PostgresSource:
         *,
         export_snapshot: bool = False,
         on_slot_health: Callable[[SlotHealth | None], None] | None = None,
+        before_new_slot: Callable[[bool], None] | None = None,
     ) -> None:
-        """`on_slot_health`: each reading of the slot (`SlotWatch`), for the metrics."""
+        """`on_slot_health`: each reading of the slot (`SlotWatch`), for the metrics.
+        `before_new_slot(replaced_lost)`: called before the slot is created (not when it
+        exists), e.g. to copy again the tables an earlier slot streamed."""
         self.settings = settings
         self.export_snapshot = export_snapshot
         # The snapshot of the slot when `prepare` created it (export_snapshot): the initial
@@ -42,7 +45,7 @@ class PostgresSource:
         self.initial_snapshot: SnapshotAnchor | None = None
         # Called before the slot is created, with whether it replaces an invalidated one
         # (`streambed.app`: tables streamed from an earlier slot are to be copied again).
-        self.before_new_slot: Callable[[bool], None] | None = None
+        self.before_new_slot = before_new_slot
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
         self._slot_watch = SlotWatch(
