@@ -1,7 +1,8 @@
-"""One error hierarchy for streambed, and one retry policy.
+"""One error hierarchy for streambed.
 
 Every error carries a kind. `policy(kind)` says what the process does about it:
-retry with backoff, stop and wait for an operator, or stop for good. Messages say
+retry with backoff (how, and how long: `streambed.retry`), stop and wait for an operator,
+or stop for good. Messages say
 what happened and what to do; they never contain passwords.
 """
 
@@ -14,7 +15,8 @@ class Kind(enum.Enum):
     CONFIG = "config"  # a setting is missing or wrong
     SOURCE_UNREACHABLE = "source_unreachable"  # connection refused, DNS, network
     SOURCE_AUTH = "source_auth"  # wrong password, no REPLICATION privilege
-    SOURCE_SETUP = "source_setup"  # wal_level, missing publication rights, slot in use
+    SOURCE_SETUP = "source_setup"  # wal_level, missing publication or slot, no rights
+    SOURCE_BUSY = "source_busy"  # the slot is in use by another client (or a dead one, briefly)
     UNSUPPORTED_SCHEMA = "unsupported_schema"  # a type or table shape we cannot copy exactly
     DECODE = "decode"  # malformed pgoutput bytes
     PROTOCOL = "protocol"  # the server sent something out of order
@@ -36,6 +38,7 @@ _POLICY = {
     Kind.SOURCE_UNREACHABLE: Policy.RETRY,
     Kind.SOURCE_AUTH: Policy.MANUAL,
     Kind.SOURCE_SETUP: Policy.MANUAL,
+    Kind.SOURCE_BUSY: Policy.RETRY,  # a few times only: streambed.retry
     Kind.UNSUPPORTED_SCHEMA: Policy.MANUAL,
     Kind.DECODE: Policy.FATAL,
     Kind.PROTOCOL: Policy.FATAL,

@@ -33,7 +33,7 @@ commits read is the measure of being behind. A source clock far behind this mach
 every commit look old; the stretched interval still bounds how long changes wait.
 
 A storage failure (`Kind.STORAGE`: the object store or the warehouse failed during a flush)
-is retried as the source's outages are (backoff 0.5 s up to 30 s, forever): everything
+is retried as the source's outages are (`streambed.retry`, forever): everything
 buffered is dropped and the stream is opened again from the slot's confirmed position, as a
 restart would. Nothing past the last flush was acknowledged, so the slot sends it again;
 before streaming again `recover` lets the lake side reload its tables and the state store
@@ -43,6 +43,10 @@ the credentials or the access (`Kind.STORAGE_AUTH`) is not retried: the process 
 Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
 changes are dropped, the stream is acknowledged no further than where they were first
 dropped, and when a copy commits the stream is restarted so the slot sends them again.
+
+An `observer` (`Observer`, optional: `streambed.metrics.replication`) hears of each commit
+read, each flush and its changes, an idle stream, and whether the stream is open and why
+not; it only records, on the loop's thread.
 """
 
 from __future__ import annotations
@@ -66,8 +70,9 @@ from streambed.lsn import format_lsn
 from streambed.names import qualified, table_selected
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
-from streambed.replication.backoff import Retrier
 from streambed.replication.stream import Batch, pg_now
+from streambed.retry import RetryPolicy, Work
+from streambed.state.store import Watermark
 
 logger = logging.getLogger("streambed.pipeline")
 
@@ -102,8 +107,11 @@ class Source(Protocol):
 
 
 class Sink(Protocol):
-    """The lake: apply deltas (write + commit) and report each table's frontier."""
+    """The lake: apply deltas (write + commit) and report each table's frontier. `stage`
+    writes a part of a large committed transaction without committing it (see
+    streambed.buffer), so that memory stays bounded."""
 
+    def stage(self, delta: TableDelta) -> None: ...
     def apply(self, delta: TableDelta) -> str: ...
     def frontier(self, schema: str, table: str) -> int | None: ...
     def metadata_locations(self) -> Mapping[tuple[str, str], str]: ...
@@ -112,6 +120,7 @@ class Sink(Protocol):
 class State(Protocol):
     def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None: ...
     def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None: ...
+    def latest_watermark(self) -> Watermark | None: ...
     def register(
         self, schema: str, name: str, relation_id: int, status: Literal["ready"]
     ) -> object: ...
@@ -127,6 +136,18 @@ class Copier(Protocol):
     def due(self, now: float) -> bool: ...
     def step(self) -> bool: ...
     def stopping(self) -> None: ...
+
+
+class Observer(Protocol):
+    """What the loop reports as it goes (`streambed.metrics.replication.ReplicationMetrics`)."""
+
+    def commit_read(self, commit_ts: int, *, buffered: bool) -> None: ...
+    def idle(self) -> None: ...
+    def dropped(self) -> None: ...
+    def flushed(
+        self, seconds: float, changes: Mapping[tuple[str, str], Mapping[str, int]]
+    ) -> None: ...
+    def streaming(self, reason: str | None) -> None: ...
 
 
 BLOCKED = (1 << 64) - 1  # the frontier of a table being copied: all its changes are dropped
@@ -152,6 +173,8 @@ class Pipeline:
     recover: Callable[[], None] | None = None
     """After a storage failure, before streaming again (`streambed.app`: the sink forgets
     its cached tables and the state store is reconciled with Iceberg)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    observer: Observer | None = None
 
     def __post_init__(self) -> None:
         self._stop = False
@@ -161,7 +184,7 @@ class Pipeline:
         self._last_flush = time.monotonic()
         self._behind = False  # catching up: see "Catching up" in the module doc
         self._pacer = FlushPacer(self.settings.flush_interval)  # see "Pacing"
-        self._storage = Retrier()  # consecutive storage failures
+        self._storage_failures = 0  # consecutive
         self._recovering = False  # a storage failure: `recover` before streaming again
 
     # ---- control --------------------------------------------------------------------
@@ -184,7 +207,7 @@ class Pipeline:
     def run(self, *, until: Callable[[], bool] | None = None) -> None:
         """Stream until stopped; reconnect with backoff when the source goes away, and
         read again from the slot when storage fails (see the module doc)."""
-        retrier = Retrier()
+        failures = 0  # consecutive failures to open the stream
         prepared = False
         while not self._stop:
             pause = 0.0
@@ -201,9 +224,12 @@ class Pipeline:
                 if self.copier is not None:
                     stream = self.copier.hold(stream)
             except SourceError as e:
-                if not _transient(e, retrier.attempt):
+                decision = self.retry.decide(e, failures, Work.STREAM)
+                if not decision.retry:
                     raise
-                delay = retrier.next_delay()
+                self._report(f"the source is not ready, retrying: {e}")
+                failures += 1
+                delay = decision.delay
                 log(
                     logger,
                     "source not ready, retrying",
@@ -216,15 +242,18 @@ class Pipeline:
             except StreambedError as e:
                 self._sleep(self._storage_failed(e))
                 continue
-            retrier.reset()
+            failures = 0
+            self._report(None)
             try:
                 if not self._stream(stream, until):
+                    self._report("replication stopped")
                     return
                 self._read_again()  # a copy committed (see the module doc)
             except SourceError as e:
-                if e.kind is not Kind.SOURCE_UNREACHABLE:
+                if not self.retry.retries(e.kind):
                     raise
                 log(logger, "replication connection lost", logging.WARNING, error=str(e))
+                self._report(f"the replication connection was lost, reconnecting: {e}")
                 # Committed changes are durable once flushed; everything not yet committed
                 # will be sent again from the slot's confirmed position.
                 try:
@@ -245,6 +274,7 @@ class Pipeline:
             raise error
         self._read_again()
         self._recovering = True
+        self._report(f"storage failed, retrying: {error}")
         if self._stop:
             log(
                 logger,
@@ -254,13 +284,14 @@ class Pipeline:
                 error=str(error),
             )
             return 0.0
-        delay = self._storage.next_delay()
+        delay = self.retry.delay(error.kind, self._storage_failures, Work.STREAM)
+        self._storage_failures += 1
         log(
             logger,
             "storage failed, retrying",
             logging.WARNING,
             error=str(error),
-            attempt=self._storage.attempt,
+            attempt=self._storage_failures,
             retry_in=f"{delay:.1f}s",
         )
         return delay
@@ -270,6 +301,8 @@ class Pipeline:
         from the slot's confirmed position."""
         self._buffer = self._new_buffer()
         self._frontiers.clear()
+        if self.observer is not None:
+            self.observer.dropped()
 
     def _flush_while_disconnected(self) -> None:
         """Flush what is committed; if that needs the (unreachable) source, keep it buffered:
@@ -330,6 +363,8 @@ class Pipeline:
                 # Nothing buffered or open: every change before that WAL end is durable or
                 # was not for us, so the slot may move on (and release the WAL it pins).
                 stream.ack(batch.keepalive_end)
+                if self.observer is not None:
+                    self.observer.idle()
             if not batch.payloads and self._behind:
                 self._caught_up()  # the source has nothing more to send right now
             now = time.monotonic()
@@ -357,6 +392,10 @@ class Pipeline:
         """The interval trigger's wait: paced by the flushes' cost, stretched while behind."""
         return self._pacer.interval(self._behind, CATCH_UP_INTERVAL_FACTOR)
 
+    def _report(self, not_streaming: str | None) -> None:
+        if self.observer is not None:
+            self.observer.streaming(not_streaming)
+
     def _idle(self) -> bool:
         b = self._buffer
         return not b.dirty and not b.in_transaction and b.staged_streams == 0
@@ -372,6 +411,8 @@ class Pipeline:
             assert isinstance(msg, m.Commit)
             b.commit(msg.commit_lsn, msg.end_lsn)
             self._commit_age(msg.commit_ts)
+            if self.observer is not None:
+                self.observer.commit_read(msg.commit_ts, buffered=b.dirty)
         elif kind is m.Relation:
             assert isinstance(msg, m.Relation)
             self._relation(msg, stream)
@@ -389,6 +430,8 @@ class Pipeline:
             assert isinstance(msg, m.StreamCommit)
             b.stream_commit(msg.xid, msg.commit_lsn, msg.end_lsn)
             self._commit_age(msg.commit_ts)
+            if self.observer is not None:
+                self.observer.commit_read(msg.commit_ts, buffered=b.dirty)
         elif kind is m.StreamAbort:
             assert isinstance(msg, m.StreamAbort)
             b.stream_abort(msg.xid, msg.subxid)
@@ -437,6 +480,7 @@ class Pipeline:
         end_lsn = self._buffer.last_end_lsn
         commit_lsn = self._buffer.last_commit_lsn
         deltas = self._buffer.drain()  # may be empty: changes that cancelled out
+        changes = self._buffer.take_changes()
         assert commit_lsn is not None
         locations: dict[tuple[str, str], str] = {}
         rows = 0
@@ -457,13 +501,15 @@ class Pipeline:
         self._last_flush = time.monotonic()  # the copier's poll counts from a flush's end
         seconds = self._last_flush - started
         self._pacer.record(seconds)
-        if self._storage.attempt:
-            log(logger, "storage is back", failures=self._storage.attempt)
-            self._storage.reset()
+        if self._storage_failures:
+            log(logger, "storage is back", failures=self._storage_failures)
+            self._storage_failures = 0
         self.stats.flushes += 1
         self.stats.rows += rows
         self.stats.last_seconds = seconds
         self.stats.last_lsn = commit_lsn
+        if self.observer is not None:
+            self.observer.flushed(seconds, changes)
         log(
             logger,
             "flushed",
@@ -480,19 +526,19 @@ class Pipeline:
 
     def _new_buffer(self) -> ChangeBuffer:
         self._wanted: set[int] = set()
-        # A sink that can stage parts of a large transaction bounds its memory (see
-        # streambed.buffer); others get every committed transaction whole.
-        stage = getattr(self.sink, "stage", None)
         return ChangeBuffer(
-            self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier, stage
+            self.settings.spill_dir,
+            self.settings.txn_memory_bytes,
+            self._frontier,
+            self.sink.stage,
+            count_changes=self.observer is not None,
         )
 
     def _watermark_lsn(self, commit_lsn: int) -> int:
         """Watermarks only move forward. After a copy the stream re-reads from an earlier
         position (see the module doc), so a flush may commit below the last watermark; the
         lake then holds at least what that watermark promised, at the watermark's LSN."""
-        latest = getattr(self.state, "latest_watermark", None)
-        mark = latest() if latest is not None else None
+        mark = self.state.latest_watermark()
         return commit_lsn if mark is None else max(commit_lsn, mark.lsn)
 
     def _frontier(self, schema: str, name: str) -> int | None:
@@ -502,14 +548,3 @@ class Pipeline:
         if key not in self._frontiers:
             self._frontiers[key] = self.sink.frontier(schema, name)
         return self._frontiers[key]
-
-
-# A slot stays "active" for a moment after the process that used it died (until its
-# walsender notices): retry that a limited number of times before asking an operator.
-SLOT_BUSY_ATTEMPTS = 12
-
-
-def _transient(error: SourceError, attempt: int) -> bool:
-    if error.kind is Kind.SOURCE_UNREACHABLE:
-        return True
-    return "is active for pid" in str(error) and attempt < SLOT_BUSY_ATTEMPTS

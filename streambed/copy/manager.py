@@ -20,13 +20,13 @@ The rules the pipeline follows through this class:
   as below.
 - A copy that fails because the source is unreachable (restarting, down, the network:
   `Kind.SOURCE_UNREACHABLE`) keeps its hold and is copied again under a new snapshot after
-  a backoff (1 s doubling up to `RETRY_MAX_SECONDS`), for as long as the process runs.
+  a backoff (`streambed.retry`), for as long as the process runs.
   Snapshots lost before the source was found unreachable do not count towards
   `SNAPSHOT_ATTEMPTS`.
 - A copy that fails in Spark or in storage (`Kind.STORAGE`: a Python worker killed, an
   object store error) leaves the table `pending` and blocked, releases its hold, and is
-  copied again under a new snapshot after a backoff (1 s doubling up to
-  `STORAGE_RETRY_MAX_SECONDS`), as `streambed resync` would, for as long as the process runs.
+  copied again under a new snapshot after a backoff (up to ten minutes:
+  `streambed.retry`), as `streambed resync` would, for as long as the process runs.
 - A copy the object store refuses (`Kind.STORAGE_AUTH`: credentials revoked or rotated, the
   key no longer allowed to write) stops the process at the next `step`, as a flush refused
   the same way does: retrying cannot fix it. The table stays `pending`.
@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import random
 import threading
 import time
 import uuid
@@ -72,6 +71,7 @@ from streambed.config import Settings
 from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.duck import detach_all
 from streambed.copy.here import range_threads
+from streambed.copy.holds import CopyHolds, Outcome
 from streambed.copy.job import (
     copies_here,
     copy_table,
@@ -81,6 +81,7 @@ from streambed.copy.job import (
     output_dir,
 )
 from streambed.copy.progress import ProgressBoard
+from streambed.copy.retries import CopyRetries
 from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
 from streambed.copy.streamed import Name, StreamedTables
 from streambed.errors import Kind, SourceError, StorageError, StreambedError, raised_by_spark
@@ -92,8 +93,8 @@ from streambed.lsn import format_lsn
 from streambed.names import qualified
 from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
-from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.connection import sql_connect
+from streambed.retry import RetryPolicy
 from streambed.state.store import StateStore, TableState
 
 if TYPE_CHECKING:
@@ -109,27 +110,12 @@ RESYNC_POLL_SECONDS: Final = 2.0
 SNAPSHOT_ATTEMPTS: Final = 3
 """Snapshots a table's copy may take when each expires before its tasks imported it."""
 
-RETRY_MAX_SECONDS: Final = 60.0
-"""The longest wait before copying again a table whose copy found the source unreachable."""
-
 CLOSE_WAIT_SECONDS: Final = 30.0
 """How long `close` waits for the copies running to stop: a copy here stops at its ranges'
 next batch, a cancelled Spark job once its tasks are killed."""
 
 CANCEL_EVERY_SECONDS: Final = 0.5
 """While `close` waits, how often it cancels the Spark copies' jobs again."""
-
-STORAGE_RETRY_MAX_SECONDS: Final = 600.0
-"""The longest wait before copying again a table whose copy failed in Spark or storage: a
-failure that is not transient then costs one copy every ten minutes, not one a minute."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    name: Name
-    error: StreambedError | None = None
-    frontier: int | None = None
-    gone: bool = False  # the table no longer exists: unblocked and forgotten
 
 
 @dataclass(frozen=True)
@@ -170,6 +156,7 @@ class CopyManager:
         progress: ProgressBoard | None = None,
         on_commit: Callable[[int], None] | None = None,
         base_types: Callable[[list[int]], Mapping[int, tuple[int, int]]] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.settings = settings
         self.state = state
@@ -183,21 +170,13 @@ class CopyManager:
         self.base_types = base_types
         self._lock = threading.Lock()
         self._catalog_lock = threading.Lock()
-        self._blocked: set[Name] = set()
-        self._holds: dict[Name, int] = {}
-        self._outcomes: list[Outcome] = []
+        self.holds = CopyHolds()
         self._queue: queue.Queue[_Batch | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._position = 0  # the highest LSN acknowledged to the slot by this process
         self._next_resync_poll = 0.0
         self.streamed = StreamedTables(settings, state)
-        self._snapshots_taken: dict[Name, int] = {}  # per table, while its snapshots expire
-        self._waiting: list[Name] = []  # found the source unreachable: copied again after a pause
         self._resync_after: set[Name] = set()  # resync requested while its copy ran or waited
-        self._retrier = Retrier(Backoff(initial=1.0, maximum=RETRY_MAX_SECONDS))
-        self._storage_backoff = Backoff(initial=1.0, maximum=STORAGE_RETRY_MAX_SECONDS)
-        self._storage_failures: dict[Name, int] = {}  # consecutive, per table
-        self._copy_again_at: dict[Name, float] = {}  # failed in Spark or storage: when
+        self.retries = CopyRetries(retry or RetryPolicy())
         self._closing = threading.Event()
         self._spark_copies: dict[str, SparkSession] = {}  # run id → its Spark, while it runs
 
@@ -215,7 +194,7 @@ class CopyManager:
             else:
                 slot = setup.slot_position(conn, self.settings.slot)
                 position = slot.confirmed_flush_lsn or 0 if slot is not None else 0
-            self._position = position
+            self.holds.acked(position)
             try:
                 self._recover()
             except OSError as e:  # the lake's storage: retried, or stops if it refuses
@@ -245,7 +224,7 @@ class CopyManager:
         for table in left:
             if table.relation_id not in by_root:
                 self._no_longer_streamed(table)
-        for name in self.streamed.replaced(members, self._held):
+        for name in self.streamed.replaced(members, self.holds.held):
             # Out of the publication at some time since it was last streamed: a new table.
             self.state.forget(*name)
             self.streamed.log_replaced(name, "copying it again")
@@ -256,10 +235,10 @@ class CopyManager:
                 self.state.register(t.schema, t.name, t.relation_id, "pending")
             if current is None or current.status != "ready":
                 needed.append((t.schema, t.name))
-        self.streamed.remember(members, self._held)
+        self.streamed.remember(members, self.holds.held)
         for current in self.state.tables():
             if current.status != "ready":
-                self._blocked.add((current.schema, current.name))
+                self.holds.block((current.schema, current.name))
         if needed:
             log(logger, "copy needed", tables=len(needed), hold=format_lsn(position))
             self._submit(tuple(needed), anchor, position)
@@ -286,22 +265,17 @@ class CopyManager:
             status=table.status,
         )
 
-    def _held(self, name: Name) -> bool:
-        """Whether the table's copy is running (or waiting to run again)."""
-        with self._lock:
-            return name in self._holds
-
     def hold(self, stream: Any) -> HeldStream:
         return HeldStream(stream, self)
 
     def blocked(self, schema: str, name: str) -> bool:
-        return (schema, name) in self._blocked
+        return self.holds.blocked((schema, name))
 
     def relation(self, rel: Relation, key: TableKey) -> None:
         """The stream names a table (first time in this process): ready tables update their
         relation id; a table never copied is blocked and copied now."""
         name = (rel.namespace, rel.name)
-        if name in self._blocked:
+        if self.holds.blocked(name):
             return
         current = self.state.table(*name)
         if current is not None and current.status == "ready":
@@ -316,7 +290,7 @@ class CopyManager:
         self.state.register(rel.namespace, rel.name, rel.relation_id, "pending")
         self.state.set_membership(rel.namespace, rel.name, rows)  # as the copy starts
         log(logger, "new table in the stream, copying it", table=f"{name[0]}.{name[1]}")
-        self._submit((name,), None, self._position)
+        self._submit((name,), None, self.holds.position)
 
     def _published(self, name: Name) -> setup.Membership | None:
         """The table's publication rows, None if the publication does not list it."""
@@ -327,18 +301,16 @@ class CopyManager:
             conn.close()
 
     def ack_limit(self) -> int | None:
-        with self._lock:
-            return min(self._holds.values()) if self._holds else None
+        return self.holds.ack_limit()
 
     def acked(self, lsn: int) -> None:
-        self._position = max(self._position, lsn)
+        self.holds.acked(lsn)
 
     def due(self, now: float) -> bool:
         """Something for `step`: a copy finished, a failed copy's pause is over, or it is
         time to look for resync requests."""
-        with self._lock:
-            if self._outcomes or any(at <= now for at in self._copy_again_at.values()):
-                return True
+        if self.holds.reported() or self.retries.any_due(now):
+            return True
         if now >= self._next_resync_poll:
             self._next_resync_poll = now + RESYNC_POLL_SECONDS
             return True
@@ -352,11 +324,10 @@ class CopyManager:
         one refresh of the query server's views and one restart of the stream however many
         finished (each is a pass over every table: a first start of hundreds of small
         tables spent most of its time on them, one per copy)."""
-        with self._lock:
-            outcomes, self._outcomes = self._outcomes, []
+        outcomes = self.holds.take()
         refused = [o.error for o in outcomes if o.error and o.error.kind is Kind.STORAGE_AUTH]
         if refused:
-            self._take_again(outcomes)
+            self.holds.give_back(outcomes)
             raise refused[0]  # the lake cannot be written: the process stops
         committed = [o for o in outcomes if o.error is None and not o.gone]
         if committed:
@@ -370,19 +341,19 @@ class CopyManager:
                 # outcome is taken again at the next step. Nothing of them is taken yet, so
                 # each copy's hold still keeps the slot from being acknowledged past the
                 # changes its blocked table dropped.
-                self._take_again(outcomes)
+                self.holds.give_back(outcomes)
                 raise
         again: list[Name] = []  # resync requested while their copy ran: it has ended now
         for outcome in outcomes:
             self._take(outcome, again)
         for outcome in committed:
-            self._blocked.discard(outcome.name)
+            self.holds.unblock(outcome.name)
         now = time.monotonic()
         retries = self._due_again(now)  # logged there
-        changed = self.streamed.changes(now, self._held)  # logged there
+        changed = self.streamed.changes(now, self.holds.held)  # logged there
         requested = again + retries + changed
         for table in self.streamed.only_streamed(self.state.take_resync_requests()):
-            if not self._held(table):
+            if not self.holds.held(table):
                 requested.append(table)
             elif table not in self._resync_after:
                 # Its copy is running (or waiting for the source): that copy's snapshot may
@@ -402,34 +373,23 @@ class CopyManager:
             asked = [t for t in requested if t not in retries and t not in changed]
             if asked:
                 log(logger, "resync requested", tables=", ".join(f"{s}.{n}" for s, n in asked))
-            self._submit(tuple(requested), None, self._position)
+            self._submit(tuple(requested), None, self.holds.position)
         return bool(committed)
-
-    def _take_again(self, outcomes: list[Outcome]) -> None:
-        with self._lock:
-            self._outcomes[:0] = outcomes
 
     def _take(self, outcome: Outcome, again: list[Name]) -> None:
         """Take one finished copy, recorded if it committed (`step`): release its hold.
         A committed table is unblocked by `step`; a failed one stays blocked and pending,
         copied again at a resync or the next start, or after a pause when Spark or storage
-        failed (`_copy_again_at`)."""
-        with self._lock:
-            self._holds.pop(outcome.name, None)
+        failed (`CopyRetries`)."""
+        self.holds.release(outcome)
         if outcome.name in self._resync_after:
             self._resync_after.discard(outcome.name)
             if not outcome.gone:
                 again.append(outcome.name)
-        if outcome.gone:
-            self._blocked.discard(outcome.name)
 
     def _due_again(self, now: float) -> list[Name]:
         """Tables whose copy failed in Spark or storage and whose pause is over."""
-        with self._lock:
-            due = [name for name, at in self._copy_again_at.items() if at <= now]
-            for name in due:
-                del self._copy_again_at[name]
-            due = [name for name in due if name not in self._holds]  # a resync copies it now
+        due = [n for n in self.retries.due(now) if not self.holds.held(n)]  # resync copies it
         for name in due:
             log(logger, "copying again a table whose copy failed", table=f"{name[0]}.{name[1]}")
         return due
@@ -481,10 +441,7 @@ class CopyManager:
                 spark.sparkContext.cancelJobGroup(job_group(run_id))
 
     def _submit(self, names: tuple[Name, ...], anchor: SnapshotAnchor | None, hold: int) -> None:
-        with self._lock:
-            for name in names:
-                self._blocked.add(name)
-                self._holds[name] = min(hold, self._holds.get(name, hold))
+        self.holds.hold(names, hold)
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="streambed-copy", daemon=True)
             self._thread.start()
@@ -525,9 +482,7 @@ class CopyManager:
     def _pause_for_waiting(self) -> bool:
         """Tables whose copy failed with the source unreachable are queued again after a backoff.
         False when the manager closed meanwhile."""
-        with self._lock:
-            waiting, self._waiting = self._waiting, []
-            delay = self._retrier.next_delay() if waiting else 0.0
+        waiting, delay = self.retries.take_waiting()
         if not waiting:
             return True
         log(
@@ -631,8 +586,7 @@ class CopyManager:
             logging.WARNING,
             table=f"{name[0]}.{name[1]}",
         )
-        with self._lock:
-            self._outcomes.append(Outcome(name, error=error, gone=True))
+        self.holds.report(Outcome(name, error=error, gone=True))
 
     def _copy_one(self, info: TableInfo, anchor: SnapshotAnchor, again: list[Name]) -> None:
         name = (info.schema, info.name)
@@ -699,11 +653,7 @@ class CopyManager:
         finally:
             with self._lock:
                 self._spark_copies.pop(run_id, None)
-        with self._lock:
-            self._snapshots_taken.pop(name, None)
-            self._storage_failures.pop(name, None)
-            self._copy_again_at.pop(name, None)  # a resync copied it meanwhile
-            self._retrier.reset()
+        self.retries.committed(name)
         self.state.finish_copy(info.schema, info.name, result.frontier, result.metadata_location)
         self.progress.finish(info.qualified, result.rows, copying=result.copying_seconds)
         log(
@@ -716,8 +666,7 @@ class CopyManager:
             seconds=f"{result.seconds:.1f}",
             frontier=format_lsn(result.frontier),
         )
-        with self._lock:
-            self._outcomes.append(Outcome(name, frontier=result.frontier))
+        self.holds.report(Outcome(name, frontier=result.frontier))
 
     def _stopped(self, info: TableInfo, run_id: str) -> None:
         """The copy ended because streambed is stopping: its table stays as it is in the
@@ -738,11 +687,7 @@ class CopyManager:
         then it fails."""
         qualified = f"{name[0]}.{name[1]}"
         lost = isinstance(error, CopyInterrupted)
-        with self._lock:
-            taken = self._snapshots_taken.get(name, 0) + 1
-            self._snapshots_taken[name] = taken
-            if taken >= SNAPSHOT_ATTEMPTS:
-                del self._snapshots_taken[name]
+        taken = self.retries.snapshot_lost(name, SNAPSHOT_ATTEMPTS)
         if taken >= SNAPSHOT_ATTEMPTS:
             what = (
                 f"The copy was interrupted {taken} times; check what ends the `streambed-copy` "
@@ -789,17 +734,11 @@ class CopyManager:
                 table=f"{name[0]}.{name[1]}",
                 error=str(error),
             )
-            with self._lock:
-                self._waiting.append(name)
-                self._snapshots_taken.pop(name, None)  # an outage is not the copy's fault
+            self.retries.unreachable(name)
             return
         if error.kind is Kind.STORAGE:  # released and blocked until copied again
-            with self._lock:
-                failures = self._storage_failures.get(name, 0)
-                self._storage_failures[name] = failures + 1
-                delay = self._storage_backoff.delay(failures, random.random())
-                self._copy_again_at[name] = time.monotonic() + delay
-                self._outcomes.append(Outcome(name, error=error))
+            failures, delay = self.retries.storage_failed(name, time.monotonic())
+            self.holds.report(Outcome(name, error=error))
             log(
                 logger,
                 "copy failed in Spark or storage; the table stays pending and is copied "
@@ -807,7 +746,7 @@ class CopyManager:
                 logging.ERROR,
                 table=f"{name[0]}.{name[1]}",
                 error=str(error),
-                failures=failures + 1,
+                failures=failures,
                 retry_in=f"{delay:.1f}s",
             )
             return
@@ -821,8 +760,7 @@ class CopyManager:
             table=f"{name[0]}.{name[1]}",
             error=str(error),
         )
-        with self._lock:
-            self._outcomes.append(Outcome(name, error=error))
+        self.holds.report(Outcome(name, error=error))
 
     def _finish_all(self, names: tuple[Name, ...], error: StreambedError) -> None:
         for name in names:

@@ -4,7 +4,6 @@ Everything that talks to the source Postgres lives here; the decoder (`streambed
 stays pure and gets the payload bytes of `XLogData`.
 """
 
-from streambed.replication.backoff import Backoff, Retrier
 from streambed.replication.connection import (
     CreatedSlot,
     ReplicationConnection,
@@ -31,7 +30,6 @@ from streambed.replication.stream import Keepalive, ReplicationStream, XLogData
 
 __all__ = [
     "HEARTBEAT_PREFIX",
-    "Backoff",
     "CreatedSlot",
     "Heartbeat",
     "Keepalive",
@@ -39,7 +37,6 @@ __all__ = [
     "PublishedTable",
     "ReplicationConnection",
     "ReplicationStream",
-    "Retrier",
     "SlotPosition",
     "SlotResult",
     "SourceKey",

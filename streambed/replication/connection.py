@@ -42,7 +42,6 @@ _SETUP_PATTERNS = (
     "logical decoding requires wal_level",
     "wal_level",
     "does not exist",
-    "is active for pid",
     "replication slots can only be used if",
     "all replication slots are in use",
     "number of requested standby connections exceeds",
@@ -85,6 +84,8 @@ def classify(detail: str) -> Kind:
         return Kind.SOURCE_AUTH
     if any(p in text for p in _UNREACHABLE_PATTERNS):
         return Kind.SOURCE_UNREACHABLE
+    if "is active for pid" in text:
+        return Kind.SOURCE_BUSY
     if any(p in text for p in _SETUP_PATTERNS):
         return Kind.SOURCE_SETUP
     return Kind.SOURCE_UNREACHABLE
@@ -105,15 +106,15 @@ def _fix(kind: Kind, detail: str, user: str) -> str:
             f"give the role the REPLICATION attribute: ALTER ROLE {user} WITH REPLICATION; "
             "or use a superuser"
         )
+    if kind is Kind.SOURCE_BUSY:
+        return (
+            "another client is streaming from this slot: stop it, or use another "
+            "STREAMBED_SLOT; if a previous streambed process just died, the source frees "
+            "the slot after wal_sender_timeout"
+        )
     if kind is Kind.SOURCE_SETUP:
         if "wal_level" in text:
             return "run ALTER SYSTEM SET wal_level = logical; as a superuser and restart Postgres"
-        if "is active for pid" in text:
-            return (
-                "another client is streaming from this slot: stop it, or use another "
-                "STREAMBED_SLOT; if a previous streambed process just died, the source frees "
-                "the slot after wal_sender_timeout"
-            )
         if "invalidated" in text or "can no longer get changes" in text:
             return (
                 "the source removed WAL the slot still held (it held more than "
@@ -332,6 +333,8 @@ def _kind_of_sqlstate(sqlstate: str, message: str) -> Kind:
         return Kind.SOURCE_AUTH if "publication" not in message.lower() else Kind.SOURCE_SETUP
     if sqlstate == "53300":  # too many connections
         return Kind.SOURCE_UNREACHABLE
+    if sqlstate == "55006":  # object in use: the slot is active for another process
+        return Kind.SOURCE_BUSY
     return Kind.SOURCE_SETUP
 
 

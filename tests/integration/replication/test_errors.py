@@ -142,7 +142,7 @@ def test_missing_slot(source: Source) -> None:
 def test_slot_in_use(source: Source) -> None:
     with source.stream(), pytest.raises(SourceError) as caught:
         source.stream()
-    assert caught.value.kind is Kind.SOURCE_SETUP
+    assert caught.value.kind is Kind.SOURCE_BUSY
     assert "is active for PID" in str(caught.value)
     assert "another client is streaming from this slot" in str(caught.value)
     assert source.db.server.password not in str(caught.value)

@@ -11,7 +11,8 @@ import pytest
 from py4j.protocol import Py4JNetworkError
 
 from streambed.config import Settings
-from streambed.copy.manager import CopyManager, Outcome, copy_error
+from streambed.copy.holds import Outcome
+from streambed.copy.manager import CopyManager, copy_error
 from streambed.copy.progress import ProgressBoard
 from streambed.errors import Kind, StorageError
 from streambed.state.store import StateStore
@@ -57,9 +58,9 @@ def manager_for(
 def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> None:
     lake = FlakyLake(failures=1)
     manager = manager_for(tmp_path, lake)
-    manager._blocked = {A, B}
-    manager._holds = {A: 100, B: 100}
-    manager._outcomes = [Outcome(A, frontier=200), Outcome(B, frontier=200)]
+    manager.holds.hold([A, B], 100)
+    manager.holds.report(Outcome(A, frontier=200))
+    manager.holds.report(Outcome(B, frontier=200))
 
     with pytest.raises(StorageError):
         manager.step()
@@ -73,7 +74,7 @@ def test_outcomes_are_taken_again_after_a_storage_failure(tmp_path: Path) -> Non
     assert lake.loaded == [A, B]
     assert not manager.blocked(*A) and not manager.blocked(*B)
     assert manager.ack_limit() is None  # no hold left
-    assert manager._outcomes == []
+    assert not manager.holds.reported()  # every outcome taken
 
 
 def test_a_resync_asked_during_a_copy_survives_a_storage_failure(
@@ -85,19 +86,20 @@ def test_a_resync_asked_during_a_copy_survives_a_storage_failure(
     manager = manager_for(tmp_path, lake)
     submitted: list[tuple[tuple[str, str], ...]] = []
     monkeypatch.setattr(manager, "_submit", lambda names, anchor, hold: submitted.append(names))
-    manager._blocked = {A}
-    manager._holds = {A: 100}
-    manager._resync_after = {A}
-    manager._outcomes = [Outcome(A, frontier=200)]
+    manager.holds.hold([A], 100)
+    manager.state.request_resync(*A)
+    assert manager.step() is False  # A's copy is running: copied again when it ends
+    assert submitted == []
+    manager.holds.report(Outcome(A, frontier=200))
 
     with pytest.raises(StorageError):
         manager.step()
-    assert manager._resync_after == {A} and submitted == []
+    assert submitted == []
     assert manager.ack_limit() == 100
 
     assert manager.step() is True
     assert submitted == [(A,)]  # copied again
-    assert manager._resync_after == set()
+    assert manager.step() is False and submitted == [(A,)]  # once
 
 
 def test_copies_finished_together_are_recorded_in_one_watermark(tmp_path: Path) -> None:
@@ -106,9 +108,9 @@ def test_copies_finished_together_are_recorded_in_one_watermark(tmp_path: Path) 
     commits: list[int] = []
     lake = FlakyLake(failures=0)
     manager = manager_for(tmp_path, lake, on_commit=commits.append)
-    manager._blocked = {A, B}
-    manager._holds = {A: 100, B: 100}
-    manager._outcomes = [Outcome(A, frontier=300), Outcome(B, frontier=200)]
+    manager.holds.hold([A, B], 100)
+    manager.holds.report(Outcome(A, frontier=300))
+    manager.holds.report(Outcome(B, frontier=200))
 
     assert manager.step() is True
     assert commits == [300]
@@ -124,13 +126,13 @@ def test_a_copy_the_store_refused_stops_the_process(tmp_path: Path) -> None:
     pipeline (raised by `step`), which no pause would fix."""
     lake = FlakyLake(failures=0)
     manager = manager_for(tmp_path, lake)
-    manager._blocked = {A, B}
+    manager.holds.hold([A, B], 100)
     refused = StorageError("AWS Error ACCESS_DENIED", kind=Kind.STORAGE_AUTH)
-    manager._fail(A, StorageError("the table is gone", kind=Kind.SOURCE_SETUP))
+    manager.holds.report(Outcome(A, error=StorageError("gone", kind=Kind.SOURCE_SETUP)))
     assert manager.step() is False
     assert manager.blocked(*A)
 
-    manager._fail(B, refused)
+    manager.holds.report(Outcome(B, error=refused))
     assert manager.due(0.0)
     with pytest.raises(StorageError) as raised:
         manager.step()

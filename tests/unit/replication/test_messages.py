@@ -69,7 +69,7 @@ def test_start_replication_command() -> None:
         ),
         ("logical decoding requires wal_level >= logical", Kind.SOURCE_SETUP),
         ('FATAL:  role "bob" does not exist', Kind.SOURCE_AUTH),
-        ('replication slot "s" is active for PID 12', Kind.SOURCE_SETUP),
+        ('replication slot "s" is active for PID 12', Kind.SOURCE_BUSY),
     ],
 )
 def test_classify(detail: str, kind: Kind) -> None:

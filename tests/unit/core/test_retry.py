@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from streambed.replication.backoff import Backoff, Retrier
+from streambed.errors import Kind, StreambedError
+from streambed.retry import Backoff, Decision, RetryPolicy, Work
 
 
 def test_grows_exponentially_then_caps() -> None:
@@ -53,9 +54,33 @@ def test_rejects_bad_arguments() -> None:
         Backoff().delay(0, 1.5)
 
 
-def test_retrier_counts_and_resets() -> None:
-    retrier = Retrier(Backoff(initial=1.0, maximum=8.0, jitter=0.0), rand=lambda: 0.0)
-    assert [retrier.next_delay() for _ in range(5)] == [1.0, 2.0, 4.0, 8.0, 8.0]
-    assert retrier.attempt == 5
-    retrier.reset()
-    assert retrier.next_delay() == 1.0
+def test_each_kind_is_retried_or_not_by_its_policy() -> None:
+    policy = RetryPolicy()
+    retried = {kind for kind in Kind if policy.retries(kind)}
+    assert retried == {Kind.SOURCE_UNREACHABLE, Kind.STORAGE, Kind.SOURCE_BUSY}
+    assert not policy.decide(StreambedError("x", kind=Kind.STORAGE_AUTH), 0, Work.STREAM).retry
+    assert not policy.decide(StreambedError("x", kind=Kind.CONFIG), 0, Work.COPY).retry
+
+
+def test_a_busy_slot_is_retried_a_few_times_only() -> None:
+    policy = RetryPolicy(busy_attempts=3, rand=lambda: 0.0)
+    busy = StreambedError("slot is active for PID 1", kind=Kind.SOURCE_BUSY)
+    decisions = [policy.decide(busy, attempt, Work.STREAM) for attempt in range(5)]
+    assert [d.retry for d in decisions] == [True, True, True, False, False]
+    assert [d.delay for d in decisions] == [0.5, 1.0, 2.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "work", "ceiling"),
+    [
+        (Kind.SOURCE_UNREACHABLE, Work.STREAM, 30.0),
+        (Kind.STORAGE, Work.STREAM, 30.0),
+        (Kind.SOURCE_UNREACHABLE, Work.COPY, 60.0),
+        (Kind.STORAGE, Work.COPY, 600.0),
+    ],
+)
+def test_ceilings_follow_what_a_retry_costs(kind: Kind, work: Work, ceiling: float) -> None:
+    policy = RetryPolicy(rand=lambda: 0.0)
+    error = StreambedError("x", kind=kind)
+    assert policy.decide(error, 1_000, work) == Decision(True, ceiling)
+    assert policy.decide(error, 0, work).delay <= 1.0
