@@ -101,7 +101,9 @@ class TableStats:
         return cls(
             name[0],
             name[1],
-            rows=total("total-records"),
+            # position deletes hide rows of the data files (each row once: a flush never
+            # deletes a position already hidden, `streambed.merge.positions`)
+            rows=total("total-records") - total("total-position-deletes"),
             files=total("total-data-files"),
             bytes=total("total-files-size"),
             frontier_lsn=frontier(table),

@@ -31,7 +31,7 @@ from streambed.lake.expire import Retention, expire
 from streambed.lake.sweep import referenced_files
 from streambed.merge.executor import SparkMerger
 from streambed.pgoutput.messages import Relation, RelationColumn
-from streambed.sink import IcebergSink
+from streambed.sink import IcebergSink, TableStats
 from streambed.storage.s3 import S3Access
 from tests.fixtures.spark import PANDAS_WARNING
 
@@ -120,6 +120,7 @@ def test_few_updates_write_a_delete_file_and_read_back(
     assert summary["added-position-deletes"] == "11"
     assert summary["total-position-deletes"] == "11"
     assert summary["total-delete-files"] == "1"
+    assert TableStats.of(NAME, table).rows == len(model)  # the metrics' row count
     assert _duck_rows(duck, table) == model
     assert _pyiceberg_rows(table) == model
     # The same key updated again: its old row is hidden, its live row is in the new file.

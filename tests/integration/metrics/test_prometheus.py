@@ -108,6 +108,8 @@ def _scraped(name: str, url: str, root: Path) -> Iterator[Scraped]:
             "STREAMBED_SPARK_MASTER": "local[1]",
             "STREAMBED_QUERY_LISTEN": f"127.0.0.1:{query_port}",
             "STREAMBED_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+            # every round's updates rewrite the file ("local"), none writes delete files
+            "STREAMBED_WRITE_MODE": "copy-on-write",
         },
         root / "run.log",
     )
