@@ -109,9 +109,11 @@ class SourceReader:
         keys whose digests are in `exclude` (None: every row)."""
         texts = [hashing.sql_text(c) for c in table.quoted(table.columns)]
         hashed = hashing.SQL_ROW_HASH.format(form=table.row_form)
+        # OFFSET 0: Postgres does not fold this query into the ones around it, which would
+        # compute the digest again for every reference to it.
         rows = (
             f"SELECT md5({table.key_form}) AS {DIGEST}, {hashed} AS {HASH}, "
-            f"{', '.join(texts) or 'NULL'} FROM {table.from_sql} t"
+            f"{', '.join(texts) or 'NULL'} FROM {table.from_sql} t OFFSET 0"
         )
         if not exclude:
             return f"({rows}) r"

@@ -46,7 +46,10 @@ INSERT INTO public.typed VALUES
     (2, -0.001, '1e-20', 'Infinity', 3.4e38, 'infinity', '2000-01-01', '-infinity', '{}',
      '[]', 'null', '\\x', NULL, '0', '', false, '', '::1', '::/0', B'000'),
     (3, NULL, NULL, 0.1, -1.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     NULL, NULL, NULL, NULL, NULL);
+     NULL, NULL, NULL, NULL, NULL),
+    (4, 0, 0, 0, 0, NULL, NULL, NULL, '{"(a)","b c",""}', '{"k": "t\\tab"}', '" \\\\ "', NULL,
+     NULL, NULL, E'tab\\t nl\\n vt\\x0b ff\\f cr\\r back\\\\ (paren) é', NULL, ' ', NULL, NULL,
+     NULL);
 INSERT INTO public.load SELECT g, g, 'row ' || g FROM generate_series(1, 2000) g;
 INSERT INTO public.bag VALUES (1, 'x'), (1, 'x'), (2, 'y'), (NULL, NULL);
 """
