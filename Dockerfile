@@ -3,6 +3,8 @@
 #   docker run --env-file config/streambed.env -p 5433:5433 -v streambed-data:/data streambed
 # The query server listens on all interfaces here, so STREAMBED_QUERY_USERS (or
 # STREAMBED_QUERY_USERS_FILE) must be set; streambed refuses to start without passwords otherwise.
+# The metrics endpoint (/metrics, /healthz, /readyz; docs/metrics.md) listens on all interfaces
+# too, for the scraper and the health checks: publish it (-p 9188:9188) only to those.
 FROM python:3.11-slim-bookworm
 
 # Java 17 runs Spark; psql is the initial copy's csv reader, used for wide rows and with
@@ -28,8 +30,9 @@ VOLUME /data
 
 ENV STREAMBED_DATA_DIR=/data \
     STREAMBED_QUERY_LISTEN=0.0.0.0:5433 \
+    STREAMBED_METRICS_LISTEN=0.0.0.0:9188 \
     PYTHONUNBUFFERED=1
-EXPOSE 5433
+EXPOSE 5433 9188
 
 ENTRYPOINT ["/usr/bin/tini", "--", "streambed"]
 CMD ["run"]

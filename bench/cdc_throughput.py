@@ -1,7 +1,7 @@
 """End-to-end change throughput of streambed vs. the source's own limit.
 
     .venv/bin/python bench/cdc_throughput.py [--rows 1000000] [--txn-rows 10000]
-                                             [--updates 100000]
+                                             [--updates 100000] [--metrics]
 
 A throwaway Postgres 15 starts with an empty table. streambed starts on it first, as a user
 would: it creates its own slot, finds nothing to copy and marks the table ready, so what is
@@ -17,7 +17,8 @@ to /dev/null — the limit: what it costs the source to decode and ship the chan
 streambed's pipeline in this process (decode, buffer, merge, Parquet, Iceberg commit, state,
 acknowledge), until every change is committed to the lake. It prints changes/s for both and
 the ratio. The Spark session for merges is started before the update phase is timed (a
-running streambed has it warm).
+running streambed has it warm). With `--metrics` the pipeline keeps its Prometheus metrics
+(`streambed.metrics.replication`), as `streambed run` does: what they cost.
 """
 
 from __future__ import annotations
@@ -79,8 +80,15 @@ def _ready(table: TableState | None) -> bool:
     return table is not None and table.status == "ready"
 
 
-def drain_with_streambed(settings: Settings, changes: int) -> float:
-    runtime = build_pipeline(settings)
+def drain_with_streambed(settings: Settings, changes: int, metrics: bool) -> float:
+    observer = None
+    if metrics:
+        from prometheus_client import CollectorRegistry
+
+        from streambed.metrics.replication import ReplicationMetrics
+
+        observer = ReplicationMetrics(CollectorRegistry())
+    runtime = build_pipeline(settings, metrics=observer)
     pipeline = runtime.pipeline
     try:
         started = time.perf_counter()
@@ -95,6 +103,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--txn-rows", type=int, default=10_000)
     parser.add_argument("--updates", type=int, default=100_000)
+    parser.add_argument("--metrics", action="store_true", help="keep the Prometheus metrics")
     args = parser.parse_args()
     setup(os.environ.get("BENCH_LOG", "warning"))
     with ThrowawayPostgres() as pg, tempfile.TemporaryDirectory() as data_dir:
@@ -127,7 +136,7 @@ def main() -> None:
             )
         end = pg.psql("SELECT pg_current_wal_lsn()::text")[0][0]
         limit = drain_with_pg_recvlogical(pg, url, end)
-        ours = drain_with_streambed(settings, args.rows)
+        ours = drain_with_streambed(settings, args.rows, args.metrics)
         results.append(("inserts", args.rows, limit, ours))
 
         # ---- phase 2: updates spread over the table ----
@@ -149,7 +158,7 @@ def main() -> None:
 
         get_spark(settings.spark_master)  # warm, as in a running streambed
         # each update counts as a removed key plus a new row in the pipeline's statistics
-        ours = drain_with_streambed(settings, 2 * updated)
+        ours = drain_with_streambed(settings, 2 * updated, args.metrics)
         stop_spark()
         results.append((f"updates over {args.rows:,} rows", updated, limit, ours))
 

@@ -56,7 +56,7 @@ def free_port() -> int:
 def main() -> None:
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     DEMO_DIR.mkdir()
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     with ThrowawayPostgres() as pg:
         pg.psql(SAMPLE)
         env = {
@@ -64,6 +64,7 @@ def main() -> None:
             "STREAMBED_SOURCE_URL": pg.url(),
             "STREAMBED_DATA_DIR": str(DEMO_DIR / "data"),
             "STREAMBED_QUERY_LISTEN": f"127.0.0.1:{port}",
+            "STREAMBED_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
             "STREAMBED_QUERY_USERS": f"{USER}:{PASSWORD}",
             "STREAMBED_FLUSH_INTERVAL": "1",
         }
@@ -72,6 +73,7 @@ def main() -> None:
         lake_url = f"postgresql://{USER}:{PASSWORD}@127.0.0.1:{port}/streambed"
         print(f"source:     {pg.url().replace(pg.password, '***')}")
         print(f"lake:       PGPASSWORD={PASSWORD} psql -h 127.0.0.1 -p {port} -U {USER} streambed")
+        print(f"metrics:    http://127.0.0.1:{metrics_port}/metrics")
         print(f"logs:       {DEMO_DIR / 'streambed.log'}")
         print("writing orders into the source; Ctrl-C stops the demo\n")
         stop = False

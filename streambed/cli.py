@@ -155,11 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     try:
         if args.command == "run":
-            from streambed.listen import check_listen
+            from streambed.listen import METRICS, check_listen
             from streambed.prestart import prestart
 
             if settings.query_host_port is not None:  # before a slot or Spark is started
                 check_listen(*settings.query_host_port)
+            if settings.metrics_host_port is not None:
+                check_listen(*settings.metrics_host_port, METRICS)
             prestart(settings)  # a start that copies: Spark's JVM starts while the rest loads
         import streambed.app as app  # heavy imports (pyiceberg, Spark) after config is valid
 

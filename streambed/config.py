@@ -297,6 +297,13 @@ class Settings:
         "Largest message a query client may send; a larger one closes that connection (08P01).",
         64 * 1024 * 1024,
     )
+    metrics_listen: str = _setting(
+        "STREAMBED_METRICS_LISTEN",
+        "host:port of `streambed run`'s HTTP endpoint for Prometheus (/metrics) and for "
+        "health checks (/healthz, /readyz); empty turns it off. It has no authentication: "
+        "listen on a loopback or private address (docs/metrics.md).",
+        "127.0.0.1:9188",
+    )
     log_level: str = _setting("STREAMBED_LOG_LEVEL", "debug, info, warning or error.", "info")
     log_format: str = _setting("STREAMBED_LOG_FORMAT", "text or json.", "text")
 
@@ -331,10 +338,11 @@ class Settings:
 
     @property
     def query_host_port(self) -> tuple[str, int] | None:
-        if not self.query_listen:
-            return None
-        host, _, port = self.query_listen.rpartition(":")
-        return host or "127.0.0.1", int(port)
+        return _host_port(self.query_listen)
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        return _host_port(self.metrics_listen)
 
     def redacted_source_url(self) -> str:
         return redact_url(self.source_url)
@@ -467,13 +475,13 @@ class Settings:
             out.append(
                 "set both STREAMBED_S3_ACCESS_KEY_ID and STREAMBED_S3_SECRET_ACCESS_KEY, or neither"
             )
-        if self.query_listen:
-            _host, sep, port = self.query_listen.rpartition(":")
-            if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-                out.append(
-                    f"STREAMBED_QUERY_LISTEN={self.query_listen!r} must be host:port, "
-                    "e.g. 127.0.0.1:5433"
-                )
+        for env, address, example in (
+            ("STREAMBED_QUERY_LISTEN", self.query_listen, "127.0.0.1:5433"),
+            ("STREAMBED_METRICS_LISTEN", self.metrics_listen, "127.0.0.1:9188"),
+        ):
+            _host, sep, number = address.rpartition(":")
+            if address and (not sep or not number.isdigit() or not 0 < int(number) < 65536):
+                out.append(f"{env}={address!r} must be host:port, e.g. {example}")
         out.extend(self._query_problems())
         return out
 
@@ -607,6 +615,16 @@ def unknown_variables(env: Mapping[str, str]) -> list[str]:
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a validated host:port setting (no host: 127.0.0.1); None if empty."""
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
 

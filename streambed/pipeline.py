@@ -43,6 +43,10 @@ the credentials or the access (`Kind.STORAGE_AUTH`) is not retried: the process 
 Tables that are being copied (`Copier`, `streambed.copy.manager`) read as blocked: their
 changes are dropped, the stream is acknowledged no further than where they were first
 dropped, and when a copy commits the stream is restarted so the slot sends them again.
+
+An `observer` (`Observer`, optional: `streambed.metrics.replication`) hears of each commit
+read, each flush and its changes, an idle stream, and whether the stream is open and why
+not; it only records, on the loop's thread.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from streambed.pgoutput.decoder import Decoder
 from streambed.replication.heartbeat import HEARTBEAT_PREFIX
 from streambed.replication.stream import Batch, pg_now
 from streambed.retry import RetryPolicy, Work
+from streambed.state.store import Watermark
 
 logger = logging.getLogger("streambed.pipeline")
 
@@ -101,8 +106,11 @@ class Source(Protocol):
 
 
 class Sink(Protocol):
-    """The lake: apply deltas (write + commit) and report each table's frontier."""
+    """The lake: apply deltas (write + commit) and report each table's frontier. `stage`
+    writes a part of a large committed transaction without committing it (see
+    streambed.buffer), so that memory stays bounded."""
 
+    def stage(self, delta: TableDelta) -> None: ...
     def apply(self, delta: TableDelta) -> str: ...
     def frontier(self, schema: str, table: str) -> int | None: ...
     def metadata_locations(self) -> Mapping[tuple[str, str], str]: ...
@@ -111,6 +119,7 @@ class Sink(Protocol):
 class State(Protocol):
     def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None: ...
     def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None: ...
+    def latest_watermark(self) -> Watermark | None: ...
     def register(
         self, schema: str, name: str, relation_id: int, status: Literal["ready"]
     ) -> object: ...
@@ -126,6 +135,18 @@ class Copier(Protocol):
     def due(self, now: float) -> bool: ...
     def step(self) -> bool: ...
     def stopping(self) -> None: ...
+
+
+class Observer(Protocol):
+    """What the loop reports as it goes (`streambed.metrics.replication.ReplicationMetrics`)."""
+
+    def commit_read(self, commit_ts: int, *, buffered: bool) -> None: ...
+    def idle(self) -> None: ...
+    def dropped(self) -> None: ...
+    def flushed(
+        self, seconds: float, changes: Mapping[tuple[str, str], Mapping[str, int]]
+    ) -> None: ...
+    def streaming(self, reason: str | None) -> None: ...
 
 
 BLOCKED = (1 << 64) - 1  # the frontier of a table being copied: all its changes are dropped
@@ -152,6 +173,7 @@ class Pipeline:
     """After a storage failure, before streaming again (`streambed.app`: the sink forgets
     its cached tables and the state store is reconciled with Iceberg)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    observer: Observer | None = None
 
     def __post_init__(self) -> None:
         self._stop = False
@@ -207,6 +229,7 @@ class Pipeline:
                 decision = self.retry.decide(e, failures, Work.STREAM)
                 if not decision.retry:
                     raise
+                self._report(f"the source is not ready, retrying: {e}")
                 failures += 1
                 delay = decision.delay
                 log(
@@ -222,14 +245,17 @@ class Pipeline:
                 self._sleep(self._storage_failed(e))
                 continue
             failures = 0
+            self._report(None)
             try:
                 if not self._stream(stream, until):
+                    self._report("replication stopped")
                     return
                 self._read_again()  # a copy committed (see the module doc)
             except SourceError as e:
                 if not self.retry.retries(e.kind):
                     raise
                 log(logger, "replication connection lost", logging.WARNING, error=str(e))
+                self._report(f"the replication connection was lost, reconnecting: {e}")
                 # Committed changes are durable once flushed; everything not yet committed
                 # will be sent again from the slot's confirmed position.
                 try:
@@ -250,6 +276,7 @@ class Pipeline:
             raise error
         self._read_again()
         self._recovering = True
+        self._report(f"storage failed, retrying: {error}")
         if self._stop:
             log(
                 logger,
@@ -276,6 +303,8 @@ class Pipeline:
         from the slot's confirmed position."""
         self._buffer = self._new_buffer()
         self._frontiers.clear()
+        if self.observer is not None:
+            self.observer.dropped()
 
     def _flush_while_disconnected(self) -> None:
         """Flush what is committed; if that needs the (unreachable) source, keep it buffered:
@@ -339,6 +368,8 @@ class Pipeline:
                 if self._report_at is not None and batch.keepalive_end >= self._report_at:
                     stream.send_status(force=True)
                     self._report_at = None
+                if self.observer is not None:
+                    self.observer.idle()
             if not batch.payloads and self._behind:
                 self._caught_up()  # the source has nothing more to send right now
             now = time.monotonic()
@@ -366,6 +397,10 @@ class Pipeline:
         """The interval trigger's wait: paced by the flushes' cost, stretched while behind."""
         return self._pacer.interval(self._behind, CATCH_UP_INTERVAL_FACTOR)
 
+    def _report(self, not_streaming: str | None) -> None:
+        if self.observer is not None:
+            self.observer.streaming(not_streaming)
+
     def _idle(self) -> bool:
         b = self._buffer
         return not b.dirty and not b.in_transaction and b.staged_streams == 0
@@ -381,6 +416,8 @@ class Pipeline:
             assert isinstance(msg, m.Commit)
             b.commit(msg.commit_lsn, msg.end_lsn)
             self._commit_age(msg.commit_ts)
+            if self.observer is not None:
+                self.observer.commit_read(msg.commit_ts, buffered=b.dirty)
         elif kind is m.Relation:
             assert isinstance(msg, m.Relation)
             self._relation(msg, stream)
@@ -398,6 +435,8 @@ class Pipeline:
             assert isinstance(msg, m.StreamCommit)
             b.stream_commit(msg.xid, msg.commit_lsn, msg.end_lsn)
             self._commit_age(msg.commit_ts)
+            if self.observer is not None:
+                self.observer.commit_read(msg.commit_ts, buffered=b.dirty)
         elif kind is m.StreamAbort:
             assert isinstance(msg, m.StreamAbort)
             b.stream_abort(msg.xid, msg.subxid)
@@ -450,6 +489,7 @@ class Pipeline:
         end_lsn = self._buffer.last_end_lsn
         commit_lsn = self._buffer.last_commit_lsn
         deltas = self._buffer.drain()  # may be empty: changes that cancelled out
+        changes = self._buffer.take_changes()
         assert commit_lsn is not None
         locations: dict[tuple[str, str], str] = {}
         rows = 0
@@ -477,6 +517,8 @@ class Pipeline:
         self.stats.rows += rows
         self.stats.last_seconds = seconds
         self.stats.last_lsn = commit_lsn
+        if self.observer is not None:
+            self.observer.flushed(seconds, changes)
         log(
             logger,
             "flushed",
@@ -493,19 +535,19 @@ class Pipeline:
 
     def _new_buffer(self) -> ChangeBuffer:
         self._wanted: set[int] = set()
-        # A sink that can stage parts of a large transaction bounds its memory (see
-        # streambed.buffer); others get every committed transaction whole.
-        stage = getattr(self.sink, "stage", None)
         return ChangeBuffer(
-            self.settings.spill_dir, self.settings.txn_memory_bytes, self._frontier, stage
+            self.settings.spill_dir,
+            self.settings.txn_memory_bytes,
+            self._frontier,
+            self.sink.stage,
+            count_changes=self.observer is not None,
         )
 
     def _watermark_lsn(self, commit_lsn: int) -> int:
         """Watermarks only move forward. After a copy the stream re-reads from an earlier
         position (see the module doc), so a flush may commit below the last watermark; the
         lake then holds at least what that watermark promised, at the watermark's LSN."""
-        latest = getattr(self.state, "latest_watermark", None)
-        mark = latest() if latest is not None else None
+        mark = self.state.latest_watermark()
         return commit_lsn if mark is None else max(commit_lsn, mark.lsn)
 
     def _frontier(self, schema: str, name: str) -> int | None:

@@ -30,6 +30,9 @@ snapshot with the table's final delta.
 
 After its commits the sink expires the snapshots a table no longer needs to keep
 (`retention`, see `streambed.lake.expire`).
+
+An `observer` (optional; `streambed.metrics.replication`) hears how long each table's write
+and commit took and each table's size and frontier, whenever the sink opens or commits it.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -66,6 +69,45 @@ from streambed.merge.plan import MergePlan, plan_merge
 from streambed.pgoutput.messages import Relation, TupleValue
 
 logger = logging.getLogger("streambed.sink")
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A lake table's size and frontier at its current snapshot."""
+
+    schema: str
+    name: str
+    rows: int
+    files: int
+    bytes: int
+    frontier_lsn: int | None
+
+    @classmethod
+    def of(cls, name: tuple[str, str], table: Table) -> TableStats:
+        snapshot = table.current_snapshot()
+        summary = snapshot.summary if snapshot is not None else None
+
+        def total(key: str) -> int:
+            value = summary.get(key) if summary is not None else None
+            return int(value) if value is not None else 0
+
+        return cls(
+            name[0],
+            name[1],
+            rows=total("total-records"),
+            files=total("total-data-files"),
+            bytes=total("total-files-size"),
+            frontier_lsn=frontier(table),
+        )
+
+
+class LakeObserver(Protocol):
+    """What the sink reports (`streambed.metrics.replication.ReplicationMetrics`)."""
+
+    def table(self, stats: TableStats) -> None: ...
+    def forget(self, schema: str, name: str) -> None: ...
+    def written(self, mode: str, seconds: float) -> None: ...
+    def committed(self, seconds: float) -> None: ...
 
 
 @dataclass
@@ -97,8 +139,10 @@ class IcebergSink:
         resync: Callable[[str, str], None] | None = None,
         retention: Retention | None = None,
         merge_local_bytes: int = 0,
+        observer: LakeObserver | None = None,
     ) -> None:
         self.catalog = catalog
+        self.observer = observer
         self.merge_local_bytes = merge_local_bytes
         self.resync = resync
         self.source = source
@@ -120,12 +164,16 @@ class IcebergSink:
                 table = self._existing(name)
             if table is not None:
                 self._tables[name] = table
+                if self.observer is not None:
+                    self.observer.table(TableStats.of(name, table))
 
     def unload(self, name: tuple[str, str]) -> None:
         """Stop listing a lake table (its files stay): the next watermark leaves it out, so
         the query server stops serving it (a table streambed no longer streams)."""
         self._tables.pop(name, None)
         self._layouts.pop(name, None)
+        if self.observer is not None:
+            self.observer.forget(*name)
 
     def reset(self) -> None:
         """Forget every cached table, layout and uncommitted part, as at start (after a
@@ -192,6 +240,10 @@ class IcebergSink:
         )
         failpoint("after_table_commit")
         committed = time.monotonic()
+        if self.observer is not None:
+            self.observer.written(self._last_write[0], written - started)
+            self.observer.committed(committed - written)
+            self.observer.table(TableStats.of(name, table))
         self._expire(name, table)
         if logger.isEnabledFor(logging.DEBUG):
             mode, rewrite_bytes = self._last_write

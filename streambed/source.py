@@ -17,6 +17,7 @@ from streambed.pgoutput.messages import Relation
 from streambed.replication import setup
 from streambed.replication.connection import ReplicationConnection, sql_connect
 from streambed.replication.heartbeat import Heartbeat
+from streambed.replication.setup import SlotHealth
 from streambed.replication.slot_watch import CHECK_SECONDS, SlotWatch
 from streambed.replication.stream import ReplicationStream
 
@@ -26,7 +27,17 @@ logger = logging.getLogger("streambed.source")
 class PostgresSource:
     """Implements `streambed.pipeline.Source` on a real Postgres."""
 
-    def __init__(self, settings: Settings, *, export_snapshot: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        export_snapshot: bool = False,
+        on_slot_health: Callable[[SlotHealth | None], None] | None = None,
+        before_new_slot: Callable[[bool], None] | None = None,
+    ) -> None:
+        """`on_slot_health`: each reading of the slot (`SlotWatch`), for the metrics.
+        `before_new_slot(replaced_lost)`: called before the slot is created (not when it
+        exists), e.g. to copy again the tables an earlier slot streamed."""
         self.settings = settings
         self.export_snapshot = export_snapshot
         # The snapshot of the slot when `prepare` created it (export_snapshot): the initial
@@ -34,11 +45,14 @@ class PostgresSource:
         self.initial_snapshot: SnapshotAnchor | None = None
         # Called before the slot is created, with whether it replaces an invalidated one
         # (`streambed.app`: tables streamed from an earlier slot are to be copied again).
-        self.before_new_slot: Callable[[bool], None] | None = None
+        self.before_new_slot = before_new_slot
         self._conn: psycopg.Connection[Any] | None = None
         self._heartbeat = Heartbeat(settings.source_url, settings.heartbeat_interval)
         self._slot_watch = SlotWatch(
-            settings.source_url, settings.slot, every=settings.heartbeat_interval or CHECK_SECONDS
+            settings.source_url,
+            settings.slot,
+            every=settings.heartbeat_interval or CHECK_SECONDS,
+            on_health=on_slot_health,
         )
 
     def prepare(self) -> None:

@@ -20,6 +20,9 @@ pytest_plugins = [
 # minute of CPU in the background after each clean stop): the `streambed run` processes tests
 # start inherit this, and in-process sessions are started without one.
 os.environ["STREAMBED_SPARK_CLASS_ARCHIVE"] = "off"
+# The `streambed run` processes tests start serve no metrics endpoint (several run at once,
+# and its default port is one): tests/integration/metrics turns it on for its own.
+os.environ.setdefault("STREAMBED_METRICS_LISTEN", "")
 
 
 @pytest.fixture(autouse=True, scope="session")

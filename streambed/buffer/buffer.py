@@ -26,12 +26,17 @@ earlier parts wrote (a merge of those files). Limits: a part of keyed changes th
 touch earlier parts rewrites those files (Spark), so a transaction that updates the same
 rows over and over costs one merge per part; the files of parts stay on storage until
 commit (orphans if the process dies; `streambed sweep` removes them).
+
+With `count_changes`, the buffer also counts the changes it takes per table and operation
+as the source sent them (before they collapse per key), for the metrics: `take_changes`.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Final
 
 from streambed.buffer.staging import SPILL_SUFFIX, StreamStaging
 from streambed.buffer.table import Op, TableBuffer, make_table, qualified, row_bytes
@@ -47,6 +52,9 @@ Stage = Callable[[TableDelta], None]
 """stage(part): write a part of a large committed transaction (`TableDelta.final` False)."""
 
 _TRUNCATE_BYTES = 64
+
+OPERATIONS: Final = {tuple: "insert", Update: "update", Delete: "delete", Truncate: "truncate"}
+"""The operation each kind of staged change is (`buffer.table.Op`)."""
 
 
 def _protocol(message: str) -> StreambedError:
@@ -86,8 +94,11 @@ class ChangeBuffer:
         txn_memory_bytes: int,
         frontier: Frontier,
         stage: Stage | None = None,
+        *,
+        count_changes: bool = False,
     ) -> None:
         self._stage_part = stage
+        self._counts: dict[int, Counter[type]] | None = {} if count_changes else None
         self._spill_dir = spill_dir
         self._txn_memory_bytes = txn_memory_bytes
         self._frontier = frontier
@@ -377,6 +388,21 @@ class ChangeBuffer:
         self._dirty_since = None
         return deltas
 
+    def take_changes(self) -> dict[tuple[str, str], dict[str, int]]:
+        """The changes taken since the last call, per (schema, table) and operation (insert,
+        update, delete, truncate); empty without `count_changes`."""
+        if not self._counts:
+            return {}
+        out: dict[tuple[str, str], dict[str, int]] = {}
+        for rid, counts in self._counts.items():
+            relation = self._tables[rid].relation
+            per_table = out.setdefault((relation.namespace, relation.name), {})
+            for kind, count in counts.items():
+                operation = OPERATIONS[kind]
+                per_table[operation] = per_table.get(operation, 0) + count
+        self._counts = {}
+        return out
+
     # ---- internals ----------------------------------------------------------------------
 
     def _taken(self, commit_lsn: int) -> bool:
@@ -395,6 +421,11 @@ class ChangeBuffer:
         return table
 
     def _apply(self, rid: int, table: TableBuffer, ops: Iterable[Op]) -> None:
+        if self._counts is not None:
+            counts = self._counts.get(rid)
+            if counts is None:
+                counts = self._counts[rid] = Counter()
+            counts.update(map(type, ops))
         entries, size = table.apply(ops)
         self._pending_rows += entries
         self._pending_bytes += size

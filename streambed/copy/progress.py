@@ -17,6 +17,9 @@ divides the rows left, estimated from `pg_class.reltuples`, by that rate.
 On a terminal (stderr is a tty of a known size) the lines are redrawn in place every second,
 at the foot of the terminal, under the log lines (`streambed.log.LiveRegion`); otherwise one
 log line per table every `log_interval` seconds.
+
+`on_progress` (optional; the metrics) hears each table's count at every poll and when its copy
+ends: `on_progress(qualified, rows, estimated_rows, running)`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -136,8 +140,10 @@ class ProgressBoard:
         out: TextIO | None = None,
         interval: float = 1.0,
         log_interval: float = 10.0,
+        on_progress: Callable[[str, int, int, bool], None] | None = None,
     ) -> None:
         self.url = url
+        self.on_progress = on_progress
         self.region = terminal() if out is None else LiveRegion(out)
         self.live = self.region.live
         self.interval = interval
@@ -151,6 +157,8 @@ class ProgressBoard:
     def start(self, qualified: str, run_id: str, estimated_rows: int) -> None:
         with self._lock:
             self._tables[qualified] = TableProgress(qualified, run_id, estimated_rows)
+            if self.on_progress is not None:
+                self.on_progress(qualified, 0, estimated_rows, True)
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
                 self._thread = threading.Thread(
@@ -176,6 +184,8 @@ class ProgressBoard:
             t.failed = failed
             t.copying = copying
             line = t.line(t.finished)
+            if self.on_progress is not None:
+                self.on_progress(t.qualified, t.rows, t.estimated_rows, False)
         log(logger, "copy finished" if not failed else "copy failed", progress=line.strip())
         if self.live:
             self._show()  # not "copying" under its "copy committed" until the next poll
@@ -245,6 +255,8 @@ class ProgressBoard:
                 for part, rows in seen.get(t.run_id, {}).items():
                     t.parts[part] = max(t.parts.get(part, 0), rows)
                 t.observe(now)
+                if self.on_progress is not None:
+                    self.on_progress(t.qualified, t.rows, t.estimated_rows, True)
 
     def _show(self) -> None:
         now = time.monotonic()

@@ -14,7 +14,7 @@ takes minutes is when the slot grows most. At every interval (the heartbeat's, e
 minute) it reads the slot; while less than half of the limit is left (or the slot is past
 it), it warns, again every five minutes for as long as that lasts. A failed check is
 logged at debug level and tried again at the next interval: the stream reports a source
-that is gone.
+that is gone. Each reading also goes to `on_health` (the metrics), None when the slot is gone.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
@@ -92,8 +93,10 @@ class SlotWatch:
         every: float = CHECK_SECONDS,
         warn_every: float = WARN_SECONDS,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        on_health: Callable[[SlotHealth | None], None] | None = None,
     ) -> None:
         self.url = url
+        self.on_health = on_health
         self.slot = slot
         self.every = every
         self.warn_every = warn_every
@@ -134,6 +137,8 @@ class SlotWatch:
             self._close_connection()
             logger.debug("cannot read slot %s: %s", self.slot, " ".join(str(e).split()))
             return None
+        if self.on_health is not None:
+            self.on_health(health)
         warning = margin_warning(self.slot, health) if health is not None else None
         if warning is None:
             self._warn_after = None

@@ -11,6 +11,10 @@ outlives its `streambed run`. SIGTERM stops it too; SIGINT is ignored, since a t
 Ctrl-C reaches the whole process group and the parent decides when its query server ends.
 Logs go to the stderr it inherits from the parent.
 
+Its metrics (`streambed.metrics.query`) are kept in files of the directory the supervisor
+names in `PROMETHEUS_MULTIPROC_DIR`, which `streambed run`'s /metrics reads; without it
+(metrics off) none are kept.
+
 Exit codes: 0 after a stop, 2 for a configuration error, 1 for any other failure.
 
 `start_server` builds the server over the state store's newest watermark, for this process
@@ -34,10 +38,12 @@ from typing import IO, Any, Final
 from streambed.config import Settings
 from streambed.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, ConfigError
 from streambed.log import setup
+from streambed.metrics import children
+from streambed.metrics.query import QueryMetrics
 from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
 from streambed.server.refresher import ViewRefresher
 from streambed.server.supervisor import SCRATCH_PREFIX
-from streambed.server.wire.server import QueryServer, ServerOptions
+from streambed.server.wire.server import ConnectionObserver, QueryServer, ServerOptions
 from streambed.state.store import StateStore
 
 logger = logging.getLogger("streambed.server")
@@ -63,16 +69,20 @@ class StateSnapshots:
 
 
 def start_server(
-    settings: Settings, state: StateStore, listener: socket.socket | None = None
+    settings: Settings,
+    state: StateStore,
+    listener: socket.socket | None = None,
+    observer: ConnectionObserver | None = None,
 ) -> tuple[QueryServer, LakeDatabase]:
     """A started query server whose views show the newest watermark. `listener`: an
-    already listening socket, else it binds `STREAMBED_QUERY_LISTEN`. Raises `ConfigError`
-    for invalid users before anything starts, and what the first refresh raises."""
+    already listening socket, else it binds `STREAMBED_QUERY_LISTEN`; `observer`: the
+    metrics. Raises `ConfigError` for invalid users before anything starts, and what the
+    first refresh raises."""
     options = ServerOptions.from_settings(settings)
     database = LakeDatabase(DatabaseSettings.from_settings(settings), StateSnapshots(state))
     try:
         database.refresh()
-        server = QueryServer(options, database, listener=listener).start()
+        server = QueryServer(options, database, listener=listener, observer=observer).start()
     except BaseException:
         database.close()
         raise
@@ -95,11 +105,14 @@ def serve(settings: Settings, listener: socket.socket, commits: IO[bytes]) -> No
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     state = StateStore(settings.state_path)
+    metrics = _metrics()
     try:
-        server, database = start_server(settings, state, listener)
+        server, database = start_server(settings, state, listener, metrics)
     except BaseException:
         state.close()
         raise
+    if metrics is not None:
+        metrics.serving(True)
     refresher = ViewRefresher(database).start()
     threading.Thread(
         target=_follow, args=(commits, refresher, stop), name="streambed-commits", daemon=True
@@ -108,6 +121,8 @@ def serve(settings: Settings, listener: socket.socket, commits: IO[bytes]) -> No
         while not stop.wait(1.0):
             pass
     finally:
+        if metrics is not None:
+            metrics.serving(False)
         # a session that does not end must not keep the process, and the port, from the
         # next query process
         watchdog = threading.Timer(STOP_SECONDS, os._exit, (EXIT_OK,))
@@ -123,6 +138,15 @@ def serve(settings: Settings, listener: socket.socket, commits: IO[bytes]) -> No
         if Path(scratch).name.startswith(SCRATCH_PREFIX):
             with contextlib.suppress(OSError):
                 os.rmdir(scratch)
+
+
+def _metrics() -> QueryMetrics | None:
+    """The metrics, kept in the supervisor's directory (`streambed.metrics.children`)."""
+    if not os.environ.get(children.ENV):
+        return None
+    from prometheus_client import CollectorRegistry
+
+    return QueryMetrics(CollectorRegistry())
 
 
 def main(argv: list[str]) -> int:

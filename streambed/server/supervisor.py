@@ -18,6 +18,9 @@ after a backoff (`RestartBackoff`: 0.5 s, doubled at each exit up to 30 s, back 
 child has served for a minute). A child that cannot start (which the parent's checks of the
 configuration should prevent) therefore restarts at most every 30 s, and the log says it
 keeps failing; the parent never gives up on it, as replication does not need it.
+
+With `metrics` (`streambed.metrics.children.ChildMetrics`), each child keeps its metrics in
+that directory (`PROMETHEUS_MULTIPROC_DIR`) and is marked dead there when it exits.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from streambed.config import Settings
 from streambed.errors import ConfigError
 from streambed.listen import listen
 from streambed.log import LiveRegion, log, terminal
+from streambed.metrics import children
+from streambed.metrics.children import ChildMetrics
 
 logger = logging.getLogger("streambed.server")
 
@@ -114,13 +119,21 @@ class QuerySupervisor:
     about to start) another one: the query server's restarts, for logs and metrics."""
 
     def __init__(
-        self, settings: Settings, listener: socket.socket, backoff: RestartBackoff | None = None
+        self,
+        settings: Settings,
+        listener: socket.socket,
+        backoff: RestartBackoff | None = None,
+        metrics: ChildMetrics | None = None,
     ) -> None:
         self.listener = listener
         self.backoff = backoff or RestartBackoff()
         self.restarts = 0
+        self._metrics = metrics
         self._settings = pickle.dumps(settings)
         self._env = _child_environment()
+        self._env.pop(children.ENV, None)  # only this run's metrics directory, if any
+        if metrics is not None:
+            self._env[children.ENV] = metrics.path
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None  # the write end of the child's stdin
@@ -176,8 +189,10 @@ class QuerySupervisor:
 
     def stop(self, timeout: float = STOP_SECONDS) -> None:
         """End the child (end of file on its stdin, then SIGKILL after `timeout`), stop
-        restarting it and close the listening socket."""
+        restarting it and close the listening socket. Once: later calls do nothing."""
         with self._lock:
+            if self._stopping:
+                return
             self._stopping = True
             self._stopped.set()
             proc = self._proc
@@ -189,6 +204,7 @@ class QuerySupervisor:
                 proc.kill()
                 returncode = proc.wait()
             self._remove_scratch()
+            self._exited(proc.pid)
             log(logger, "query process stopped", pid=proc.pid, **exit_fields(returncode))
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -235,6 +251,10 @@ class QuerySupervisor:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
+    def _exited(self, pid: int) -> None:
+        if self._metrics is not None:
+            self._metrics.exited(pid)
+
     def _watch(self) -> None:
         while True:
             proc = self._proc
@@ -245,6 +265,8 @@ class QuerySupervisor:
                     return
                 self._close_pipe()
                 self._remove_scratch()
+                if proc is not None:
+                    self._exited(proc.pid)
                 self._proc = None
                 if self._shutting_down:
                     log(logger, "query process ended during shutdown", **exit_fields(returncode))
@@ -310,9 +332,12 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-def start_query_process(settings: Settings) -> QuerySupervisor | None:
-    """Check the query server's configuration, bind its port and start its process; None
-    when STREAMBED_QUERY_LISTEN is empty. Raises `ConfigError` before anything starts."""
+def query_process(
+    settings: Settings, metrics: ChildMetrics | None = None
+) -> QuerySupervisor | None:
+    """Check the query server's configuration and bind its port: its supervisor, whose
+    `start()` starts the process; None when STREAMBED_QUERY_LISTEN is empty. Raises
+    `ConfigError` before anything starts. `metrics`: where its processes keep their metrics."""
     if settings.query_host_port is None:
         return None
     from streambed.server.wire.server import ServerOptions
@@ -329,7 +354,7 @@ def start_query_process(settings: Settings) -> QuerySupervisor | None:
             ) from e
     listener = listen(options.host, options.port)
     try:
-        supervisor = QuerySupervisor(settings, listener).start()
+        supervisor = QuerySupervisor(settings, listener, metrics=metrics)
     except BaseException:
         listener.close()
         raise
@@ -341,3 +366,17 @@ def start_query_process(settings: Settings) -> QuerySupervisor | None:
         connect=f"psql -h {host} -p {port}",
     )
     return supervisor
+
+
+def start_query_process(
+    settings: Settings, metrics: ChildMetrics | None = None
+) -> QuerySupervisor | None:
+    """`query_process`, started."""
+    supervisor = query_process(settings, metrics)
+    if supervisor is None:
+        return None
+    try:
+        return supervisor.start()
+    except BaseException:
+        supervisor.listener.close()
+        raise

@@ -13,6 +13,9 @@ ReadyForQuery and ParameterStatus.
 `cancel()` may be called from another thread: it interrupts the running statement through the
 database session. The statement timeout is the session's own (`SET statement_timeout`, default
 from STREAMBED_QUERY_STATEMENT_TIMEOUT): the database session stops the statement and says so.
+
+An `observer` (`QueryObserver`, optional: the metrics) hears each statement's duration, from
+its start to its last row, and each error sent, by SQLSTATE.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -159,6 +163,14 @@ class Portal:
     batches: Iterator[pa.RecordBatch] | None = None  # rows not yet sent
     pending: pa.RecordBatch | None = None
     done: bool = False
+    started: float = 0.0  # time.monotonic() at its start; 0 once its end was reported
+
+
+class QueryObserver(Protocol):
+    """What the handler reports (`streambed.metrics.query.QueryMetrics`)."""
+
+    def statement(self, seconds: float) -> None: ...
+    def error(self, sqlstate: str) -> None: ...
 
 
 MAX_COLUMNS = 1664  # Postgres' limit on the columns of a result
@@ -204,8 +216,10 @@ class ConnectionHandler:
         process_id: int,
         secret_key: int,
         admit: Callable[[], bool] | None = None,
+        observer: QueryObserver | None = None,
     ) -> None:
         self._database = database
+        self._observer = observer
         self._users = users
         # Asked once authentication has succeeded, before the session opens: False means no
         # session slot is free (53300). None admits everyone.
@@ -283,6 +297,8 @@ class ConnectionHandler:
 
     def _auth_failed(self) -> list[bytes]:
         self.state = Phase.CLOSED
+        if self._observer is not None:
+            self._observer.error(AuthFailed.sqlstate)
         return [
             messages.error_response(
                 AuthFailed.sqlstate,
@@ -336,6 +352,8 @@ class ConnectionHandler:
             yield from self._dispatch(msg)
         except ProtocolViolation as e:
             self.close()
+            if self._observer is not None:
+                self._observer.error(e.sqlstate)
             yield messages.error_response(e.sqlstate, str(e), severity="FATAL")
 
     def _dispatch(self, msg: messages.FrontendMessage) -> Iterator[bytes]:
@@ -370,7 +388,7 @@ class ConnectionHandler:
                 yield messages.close_complete()
         except SqlError as e:
             self._ignore_until_sync = True
-            yield _error(e)
+            yield self._error(e)
 
     def _ready(self) -> bytes:
         status = self._session.transaction_status if self._session is not None else "I"
@@ -398,7 +416,8 @@ class ConnectionHandler:
                     yield results.row_description(portal.columns)
                 yield from self._stream(portal, 0)
             except SqlError as e:
-                yield _error(e)
+                self._finished(portal)
+                yield self._error(e)
                 break
             finally:
                 if portal.result is not None:
@@ -488,9 +507,13 @@ class ConnectionHandler:
 
     def _execute(self, msg: messages.Execute) -> Iterator[bytes]:
         portal = self._portal(msg.portal)
-        if portal.result is None and not portal.done:
-            self._start(portal)
-        yield from self._stream(portal, msg.max_rows)
+        try:
+            if portal.result is None and not portal.done:
+                self._start(portal)
+            yield from self._stream(portal, msg.max_rows)
+        except SqlError:
+            self._finished(portal)
+            raise
 
     # ---- running statements --------------------------------------------------------------
 
@@ -505,6 +528,7 @@ class ConnectionHandler:
         if not sql.strip():
             portal.done = True
             return
+        portal.started = time.monotonic()
         with self._guard():
             result = self._run(sql, _used(portal.statement, portal.values))
         portal.result = result
@@ -553,6 +577,7 @@ class ConnectionHandler:
             return
         if not portal.columns or portal.done:
             portal.done = True
+            self._finished(portal)
             yield from self._setting_changes()
             yield messages.command_complete(result.command_tag)
             return
@@ -582,6 +607,7 @@ class ConnectionHandler:
             yield messages.portal_suspended()
             return
         portal.done = True
+        self._finished(portal)
         yield messages.command_complete(_select_tag(result.command_tag, sent))
 
     @staticmethod
@@ -596,6 +622,17 @@ class ConnectionHandler:
             batch = next(portal.batches, None)
         portal.pending = batch
         return batch is not None
+
+    def _finished(self, portal: Portal) -> None:
+        """The portal's statement ended (its last row, or an error): report its duration."""
+        if portal.started and self._observer is not None:
+            self._observer.statement(time.monotonic() - portal.started)
+        portal.started = 0.0
+
+    def _error(self, error: SqlError) -> bytes:
+        if self._observer is not None:
+            self._observer.error(error.sqlstate)
+        return _error(error)
 
     def _setting_changes(self) -> Iterator[bytes]:
         """ParameterStatus for every reported setting a statement changed (SET TimeZone...)."""

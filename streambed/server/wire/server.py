@@ -28,14 +28,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from streambed.errors import ConfigError
 from streambed.listen import listen
 from streambed.server.wire import messages
 from streambed.server.wire.auth import UsersFileError, UserStore
 from streambed.server.wire.connection import AuthTimeout, ClientGone, Connection, refuse_at_once
-from streambed.server.wire.handler import TOO_MANY_CLIENTS, ConnectionHandler, Database, Phase
+from streambed.server.wire.handler import (
+    TOO_MANY_CLIENTS,
+    ConnectionHandler,
+    Database,
+    Phase,
+    QueryObserver,
+)
 from streambed.server.wire.messages import ProtocolViolation
 from streambed.server.wire.slots import Slots, Ticket
 from streambed.server.wire.tls import REFUSED_PLAINTEXT, TlsMode, server_context
@@ -117,6 +123,14 @@ class ServerOptions:
         return store
 
 
+class ConnectionObserver(QueryObserver, Protocol):
+    """What the server reports besides statements (`streambed.metrics.query.QueryMetrics`):
+    connections as they are accepted and closed (refused ones are errors)."""
+
+    def connection_opened(self) -> None: ...
+    def connection_closed(self) -> None: ...
+
+
 class QueryServer:
     """The Postgres-wire query server. `start()` listens and returns; `stop()` ends every
     connection and thread it started.
@@ -126,9 +140,15 @@ class QueryServer:
     it to each query process it starts (`streambed.server.supervisor`). `stop()` closes it."""
 
     def __init__(
-        self, options: ServerOptions, database: Database, *, listener: socket.socket | None = None
+        self,
+        options: ServerOptions,
+        database: Database,
+        *,
+        listener: socket.socket | None = None,
+        observer: ConnectionObserver | None = None,
     ) -> None:
         self.options = options
+        self._observer = observer
         self._database = database
         self._users = options.user_store()
         self._tls: ssl.SSLContext | None = None
@@ -224,6 +244,8 @@ class QueryServer:
             if ticket is None:
                 # No thread, no read: answer, close, take the next one.
                 refuse_at_once(sock, _REFUSAL)
+                if self._observer is not None:
+                    self._observer.error("53300")
                 self._refused += 1
                 self._log_refusals()
                 continue
@@ -264,6 +286,8 @@ class QueryServer:
     def _serve(self, conn: Connection, ticket: Ticket) -> None:
         peer = conn.peer
         handler: ConnectionHandler | None = None
+        if self._observer is not None:
+            self._observer.connection_opened()
         try:
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             handler = self._startup(conn, ticket)
@@ -277,6 +301,8 @@ class QueryServer:
             log.warning("connection closed", extra={"fields": {"peer": peer, "why": str(e)}})
         except ProtocolViolation as e:
             log.warning("protocol violation", extra={"fields": {"peer": peer, "error": str(e)}})
+            if self._observer is not None:
+                self._observer.error(e.sqlstate)
             with contextlib.suppress(ClientGone, AuthTimeout):
                 conn.send(messages.error_response(e.sqlstate, str(e), severity="FATAL"))
                 conn.flush()
@@ -292,6 +318,8 @@ class QueryServer:
                     self._handlers.pop(handler.process_id, None)
             conn.close()
             self._forget(conn, ticket, threading.current_thread())
+            if self._observer is not None:
+                self._observer.connection_closed()
 
     # ---- startup phase -------------------------------------------------------------------
 
@@ -339,6 +367,8 @@ class QueryServer:
 
     def _refuse(self, conn: Connection, sqlstate: str, text: str) -> None:
         log.warning("connection refused", extra={"fields": {"peer": conn.peer, "reason": text}})
+        if self._observer is not None:
+            self._observer.error(sqlstate)
         conn.send(messages.error_response(sqlstate, text, severity="FATAL"))
         conn.flush()
 
@@ -362,6 +392,7 @@ class QueryServer:
                 process_id=pid,
                 secret_key=secrets.randbits(32),
                 admit=lambda: self._slots.admit(ticket),
+                observer=self._observer,
             )
             self._handlers[pid] = handler
         for chunk in handler.startup(startup):

@@ -48,6 +48,7 @@ def test_missing_source_url_names_the_variable() -> None:
         ),
         ({"STREAMBED_LOG_FORMAT": "xml"}, "use text or json"),
         ({"STREAMBED_QUERY_LISTEN": "localhost"}, "must be host:port"),
+        ({"STREAMBED_METRICS_LISTEN": "127.0.0.1:99999"}, "e.g. 127.0.0.1:9188"),
         ({"STREAMBED_CATALOG_URI": "thrift://x"}, "STREAMBED_CATALOG_URI must be"),
         ({"STREAMBED_S3_BUCKET": "b", "STREAMBED_S3_ACCESS_KEY_ID": "k"}, "set both"),
         ({"STREAMBED_FAILPOINTS": "nonsense"}, "unknown failpoints nonsense"),
@@ -183,6 +184,15 @@ def test_an_empty_string_setting_is_kept_and_turns_the_query_server_off() -> Non
     assert settings.query_host_port is None
     settings = Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_FLUSH_ROWS": ""})
     assert settings.flush_rows == 100_000
+
+
+def test_the_metrics_endpoint_is_on_loopback_by_default_and_empty_turns_it_off() -> None:
+    assert Settings.from_env({"STREAMBED_SOURCE_URL": URL}).metrics_host_port == (
+        "127.0.0.1",
+        9188,
+    )
+    off = Settings.from_env({"STREAMBED_SOURCE_URL": URL, "STREAMBED_METRICS_LISTEN": ""})
+    assert off.metrics_host_port is None
 
 
 @pytest.mark.parametrize(

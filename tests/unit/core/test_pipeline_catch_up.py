@@ -20,6 +20,7 @@ from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import Begin, Commit, Insert, Message, Relation, RelationColumn
 from streambed.pipeline import Pipeline, Source, Stream
 from streambed.replication.stream import Batch, pg_now
+from streambed.state.store import Watermark
 
 RELATION = Relation(
     16385, "public", "t", "d", (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1))
@@ -88,6 +89,9 @@ class FakeSink:
     def __init__(self) -> None:
         self.flushed: list[int] = []
 
+    def stage(self, delta: TableDelta) -> None:
+        raise AssertionError("no transaction here is large enough to be staged")
+
     def apply(self, delta: TableDelta) -> str:
         self.flushed.append(len(delta.rows))
         return "metadata.json"
@@ -105,6 +109,9 @@ class FakeState:
 
     def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None:
         pass
+
+    def latest_watermark(self) -> Watermark | None:
+        return None
 
     def register(self, schema: str, name: str, relation_id: int, status: str) -> object:
         return None

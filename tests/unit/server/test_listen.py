@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from streambed.errors import ConfigError, Kind
-from streambed.listen import check_listen, listen
+from streambed.listen import METRICS, check_listen, listen
 
 
 def test_an_address_in_use_says_which_and_what_to_do() -> None:
@@ -36,3 +36,17 @@ def test_a_free_address_is_left_free_for_the_server() -> None:
     check_listen("127.0.0.1", port)
     with listen("127.0.0.1", port) as server:
         assert server.getsockname() == ("127.0.0.1", port)
+
+
+def test_the_metrics_port_in_use_gives_the_same_error_naming_its_own_setting() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as raised:
+            check_listen("127.0.0.1", port, METRICS)
+    message = str(raised.value)
+    assert message == (
+        f"STREAMBED_METRICS_LISTEN=127.0.0.1:{port}: the metrics endpoint cannot listen there "
+        "(Address already in use); another process listens there (another streambed?): stop "
+        "it or choose a free port, or set STREAMBED_METRICS_LISTEN= (empty) to run without "
+        "the metrics endpoint"
+    )
