@@ -70,13 +70,12 @@ from streambed.lsn import format_lsn
 from streambed.names import qualified, table_selected
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
+from streambed.replication.heartbeat import HEARTBEAT_PREFIX
 from streambed.replication.stream import Batch, pg_now
 from streambed.retry import RetryPolicy, Work
 from streambed.state.store import Watermark
 
 logger = logging.getLogger("streambed.pipeline")
-
-HEARTBEAT_PREFIX = "streambed_heartbeat"
 
 CATCH_UP_INTERVAL_FACTOR = 30
 """While the stream is behind, the interval trigger waits this many flush intervals."""
@@ -186,6 +185,9 @@ class Pipeline:
         self._pacer = FlushPacer(self.settings.flush_interval)  # see "Pacing"
         self._storage_failures = 0  # consecutive
         self._recovering = False  # a storage failure: `recover` before streaming again
+        # The LSN of a heartbeat read: the idle acknowledgement reaching it is reported at
+        # once, not at the status interval (`streambed verify` writes one to wait less).
+        self._report_at: int | None = None
 
     # ---- control --------------------------------------------------------------------
 
@@ -363,6 +365,9 @@ class Pipeline:
                 # Nothing buffered or open: every change before that WAL end is durable or
                 # was not for us, so the slot may move on (and release the WAL it pins).
                 stream.ack(batch.keepalive_end)
+                if self._report_at is not None and batch.keepalive_end >= self._report_at:
+                    stream.send_status(force=True)
+                    self._report_at = None
                 if self.observer is not None:
                     self.observer.idle()
             if not batch.payloads and self._behind:
@@ -435,7 +440,11 @@ class Pipeline:
         elif kind is m.StreamAbort:
             assert isinstance(msg, m.StreamAbort)
             b.stream_abort(msg.xid, msg.subxid)
-        # Origin, Type and logical messages (heartbeats) carry nothing to apply.
+        elif kind is m.LogicalMessage:
+            assert isinstance(msg, m.LogicalMessage)
+            if msg.prefix == HEARTBEAT_PREFIX:
+                self._report_at = msg.lsn
+        # Origin, Type and logical messages carry nothing to apply.
 
     def _commit_age(self, commit_ts: int) -> None:
         """Behind when the commit just read is older than `CATCH_UP_LAG`, the interval and a

@@ -1,10 +1,13 @@
 """Pure parts of `streambed verify`: the canonical row form, its hashes, the hash buckets a
 table is split into, and the comparison of bucket summaries and of rows. No I/O.
 
-A row's canonical form is its columns' Postgres text forms, each written `N` when NULL and
-`<bytes>:<text>` otherwise, joined by `,`: the length prefix makes it unambiguous. The
-source computes it in SQL (`source_row_sql`), the lake in Python from the query server's
-text rendering (`row_form`); both hash it with md5. The row hash is the first 16 hex digits
+A row's canonical form is the text Postgres writes for a record of its columns
+(`ROW(a, b)::text`, record_out): `(` the columns' text forms joined by `,` `)`, nothing for
+NULL, a value that is empty or holds `"`, `\\`, `(`, `)`, `,` or ASCII white space in double
+quotes with `"` and `\\` doubled: unambiguous, and one call per row in the source's SQL
+(`sql_row_form`, which runs every column's output function itself). The lake writes it in
+DuckDB SQL over the values' Postgres text (`duck_row_form`), Python for single rows
+(`row_form`); all hash it with md5. The row hash is the first 16 hex digits
 as a signed 64-bit integer; the bucket comes from other digits of the md5 of the *key's*
 canonical form (the row's, for a table without a key), so a row and its changed version
 fall in the same bucket.
@@ -17,6 +20,7 @@ than `ROWS_LIMIT` is bisected further with the next 7 hex digits into `SPLIT` pa
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -34,13 +38,20 @@ Bucket = tuple[Step, ...]
 Summary = dict[int, tuple[int, int]]  # bucket value -> (rows, sum of row hashes)
 
 
+_QUOTED = re.compile(rb'[\t\n\v\f\r "\\(),]')  # what makes record_out quote a value
+
+
 def field(value: bytes | None) -> bytes:
-    return b"N" if value is None else str(len(value)).encode() + b":" + value
+    if value is None:
+        return b""
+    if value and _QUOTED.search(value) is None:
+        return value
+    return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'""') + b'"'
 
 
 def row_form(values: Sequence[bytes | None]) -> bytes:
     """The canonical form of a row from its columns' Postgres text (None for NULL)."""
-    return b",".join(field(v) for v in values)
+    return b"(" + b",".join(field(v) for v in values) + b")"
 
 
 def row_hash(form: bytes) -> int:
@@ -119,19 +130,18 @@ def sql_text(column: str) -> str:
 
 def sql_row_form(columns: Sequence[str]) -> str:
     """The canonical row form of `columns` (quoted identifiers) in Postgres SQL."""
-    if not columns:
-        return "''"
-    parts = [
-        f"coalesce(octet_length({sql_text(c)})::text || ':' || {sql_text(c)}, 'N')" for c in columns
-    ]
-    return " || ',' || ".join(parts)
+    return f"ROW({', '.join(columns)})::text"
 
 
 def duck_row_form(columns: Sequence[str]) -> str:
     """The canonical row form in DuckDB SQL over columns holding Postgres text."""
-    if not columns:
-        return "''"
-    return " || ',' || ".join(f"coalesce(strlen({c})::VARCHAR || ':' || {c}, 'N')" for c in columns)
+    quoted = [
+        f"(CASE WHEN {c} IS NULL THEN '' WHEN {c} <> '' AND NOT regexp_matches({c}, "
+        f"'[\\t\\n\\x0B\\f\\r \"\\\\(),]') THEN {c} ELSE '\"' || "
+        f"replace(replace({c}, '\\', '\\\\'), '\"', '\"\"') || '\"' END)"
+        for c in columns
+    ]
+    return "'(' || " + " || ',' || ".join(quoted or ["''"]) + " || ')'"
 
 
 def duck_step(digest_sql: str, offset: int, modulus: int) -> str:

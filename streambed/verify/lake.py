@@ -23,6 +23,7 @@ from streambed.verify import hashing
 from streambed.verify.hashing import Bucket, Row, Summary
 
 BATCH_ROWS = 65_536
+SCAN = "iceberg_scan(?, snapshot_from_id := ?)"  # parameters: metadata location, snapshot
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,9 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
 def _batches(conn: duckdb.DuckDBPyConnection, table: LakeTable) -> Iterator[pa.RecordBatch]:
     if table.snapshot_id is None or not table.columns:
         return
-    listed = ", ".join('"' + c.replace('"', '""') + '"' for c in table.columns)
+    listed = ", ".join(_quoted(c) for c in table.columns)
     reader = conn.execute(
-        f"SELECT {listed} FROM iceberg_scan(?, snapshot_from_id := ?)",
+        f"SELECT {listed} FROM {SCAN}",
         [table.metadata_location, table.snapshot_id],
     ).fetch_record_batch(BATCH_ROWS)
     yield from reader
@@ -105,25 +106,68 @@ def _rows(
             yield hashing.key_digest(hashing.row_form(key)), key, values
 
 
-def summary(
-    conn: duckdb.DuckDBPyConnection, table: LakeTable, parent: Bucket, modulus: int
-) -> Summary:
-    """Rows and hash sum per bucket: each batch rendered as Postgres text in Python (the
-    query server's encoder), then hashed and summed by DuckDB, vectorized."""
+NATIVE_TEXT = {  # DuckDB types whose text DuckDB writes as Postgres does: SQL for it
+    "SMALLINT": "CAST({c} AS VARCHAR)",
+    "INTEGER": "CAST({c} AS VARCHAR)",
+    "BIGINT": "CAST({c} AS VARCHAR)",
+    "VARCHAR": "{c}",
+    "BOOLEAN": "(CASE WHEN {c} THEN 't' WHEN NOT {c} THEN 'f' END)",
+}
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def native_texts(conn: duckdb.DuckDBPyConnection, table: LakeTable) -> list[str] | None:
+    """DuckDB SQL writing each column's Postgres text, when every column has a type DuckDB
+    writes as Postgres does (`NATIVE_TEXT`: integers, text, booleans); else None."""
+    if table.snapshot_id is None or not table.columns:
+        return None
+    listed = ", ".join(_quoted(c) for c in table.columns)
+    described = conn.execute(
+        f"DESCRIBE SELECT {listed} FROM {SCAN}",
+        [table.metadata_location, table.snapshot_id],
+    ).fetchall()
+    types = [str(row[1]) for row in described]
+    if len(types) != len(table.columns) or any(t not in NATIVE_TEXT for t in types):
+        return None
+    return [NATIVE_TEXT[t].format(c=_quoted(c)) for t, c in zip(types, table.columns, strict=True)]
+
+
+def _summary_query(table: LakeTable, parent: Bucket, modulus: int, source: str) -> str:
+    """Rows and hash sum per bucket of `source`, whose columns c0, c1, ... hold the text."""
     offset, _ = hashing.child_step(parent, modulus)
     names = [f"c{i}" for i in range(len(table.columns))]
     key = [names[table.columns.index(k)] for k in table.key] if table.key else names
-    query = (
+    return (
         f"SELECT {hashing.duck_step('d', offset, modulus)} AS b, count(*) AS n, "
         f"sum({hashing.DUCK_ROW_HASH.format(digest='r')}) AS s FROM (SELECT "
         f"md5({hashing.duck_row_form(key)}) AS d, md5({hashing.duck_row_form(names)}) AS r "
-        f"FROM verify_batch) WHERE {hashing.duck_bucket('d', parent)} GROUP BY b"
+        f"FROM {source}) WHERE {hashing.duck_bucket('d', parent)} GROUP BY b"
     )
+
+
+def summary(
+    conn: duckdb.DuckDBPyConnection, table: LakeTable, parent: Bucket, modulus: int
+) -> Summary:
+    """Rows and hash sum per bucket. A table of types DuckDB writes as Postgres does
+    (`native_texts`) is read, rendered and hashed in one DuckDB query, in parallel;
+    otherwise each batch is rendered as Postgres text in Python (the query server's
+    encoder), then hashed and summed by DuckDB, vectorized."""
+    texts = native_texts(conn, table)
+    if texts is not None:
+        rendered = ", ".join(f"{t} AS c{i}" for i, t in enumerate(texts))
+        query = _summary_query(table, parent, modulus, f"(SELECT {rendered} FROM {SCAN})")
+        found = conn.execute(query, [table.metadata_location, table.snapshot_id]).fetchall()
+        return {int(b): (int(n), int(s)) for b, n, s in found}
+    names = [f"c{i}" for i in range(len(table.columns))]
+    query = _summary_query(table, parent, modulus, "verify_batch")
     sums: dict[int, list[int]] = {}
     hasher = duckdb.connect()
     try:
         for batch in _batches(conn, table):
-            texts = pa.table(
+            texts_table = pa.table(
                 [
                     pa.array(
                         encode_text_column(column, pg_type_for_arrow(column.type)), pa.string()
@@ -132,7 +176,7 @@ def summary(
                 ],
                 names=names,
             )
-            hasher.register("verify_batch", texts)
+            hasher.register("verify_batch", texts_table)
             for b, n, s in hasher.execute(query).fetchall():
                 entry = sums.setdefault(int(b), [0, 0])
                 entry[0] += int(n)

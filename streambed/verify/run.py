@@ -15,6 +15,7 @@ from streambed.log import log
 from streambed.lsn import format_lsn, parse_lsn
 from streambed.names import name_parts, qualified
 from streambed.replication.connection import sql_connect
+from streambed.replication.heartbeat import Heartbeat
 from streambed.state.store import StateStore
 from streambed.verify import hashing, lake
 from streambed.verify.hashing import Bucket, Difference, Row, Summary
@@ -114,6 +115,7 @@ def verify(settings: Settings, tables: Sequence[str], timeout: float, progress: 
         cut = Cut.take(settings.source_url, settings.publication, set(names))
         try:
             log(logger, "verify snapshot taken", lsn=format_lsn(cut.target), seconds=_since(begun))
+            _nudge(settings.source_url)
             _wait(state, names, cut.target, timeout, lambda: _acknowledged(settings))
             plans = {name: lake.lake_table(catalog.load_table(name), cut.target) for name in names}
             limits = {n: p.lsn for n, p in plans.items() if p.lsn > cut.target}
@@ -178,6 +180,16 @@ def _acknowledged(settings: Settings) -> int:
     return -1 if row is None or row[0] is None else parse_lsn(str(row[0]))
 
 
+def _nudge(url: str) -> None:
+    """A heartbeat after the cut: an idle `streambed run` acknowledges past it and reports
+    that at once (see `streambed.pipeline`), not at its next heartbeat and status update."""
+    beat = Heartbeat(url, 0)
+    try:
+        beat.beat()
+    finally:
+        beat.close()
+
+
 def _wait(
     state: StateStore,
     names: list[Name],
@@ -224,11 +236,21 @@ def _wait(
         time.sleep(POLL)
 
 
-def _both(source: Callable[[], T], lake_side: Callable[[], Any]) -> tuple[T, Any]:
+def _both(source: Callable[[], T], lake_side: Callable[[], Any], what: str = "") -> tuple[T, Any]:
+    """Both sides at once; with `what`, each side's seconds are logged."""
+    begun = time.monotonic()
+
+    def timed(side: Callable[[], Any]) -> tuple[Any, str]:
+        out = side()
+        return out, _since(begun)
+
     with ThreadPoolExecutor(2, thread_name_prefix="streambed-verify") as pool:
-        a = pool.submit(source)
-        b = pool.submit(lake_side)
-        return a.result(), b.result()
+        a = pool.submit(timed, source)
+        b = pool.submit(timed, lake_side)
+        (source_out, source_seconds), (lake_out, lake_seconds) = a.result(), b.result()
+    if what:
+        log(logger, f"verify: {what}", source_seconds=source_seconds, lake_seconds=lake_seconds)
+    return source_out, lake_out
 
 
 @dataclass
@@ -326,6 +348,7 @@ def _differing_buckets(sides: _Sides, estimate: int, result: TableResult) -> lis
         s, lk = _both(
             lambda p=parent, m=modulus: sides.source_summary(p, m),  # type: ignore[misc]
             lambda p=parent, m=modulus: sides.lake_summary(p, m),  # type: ignore[misc]
+            f"hash sums, level {len(parent)}",
         )
         if total is None:
             total = sum(n for n, _ in s.values())

@@ -109,6 +109,9 @@ class SourceReader:
         keys whose digests are in `exclude` (None: every row)."""
         texts = [hashing.sql_text(c) for c in table.quoted(table.columns)]
         hashed = hashing.SQL_ROW_HASH.format(form=table.row_form)
+        # Not a fence (OFFSET 0) against Postgres folding this into the queries around it,
+        # which computes the digest again for a second reference: that would also keep
+        # Postgres from reading the table with parallel workers, which pays more.
         rows = (
             f"SELECT md5({table.key_form}) AS {DIGEST}, {hashed} AS {HASH}, "
             f"{', '.join(texts) or 'NULL'} FROM {table.from_sql} t"

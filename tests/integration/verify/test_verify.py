@@ -1,6 +1,6 @@
 """`streambed verify` against one real `streambed run`: equal under a concurrent write load,
-a lake made to diverge (changes the slot skipped) found and named, a keyless table compared
-as a multiset."""
+a lake made to diverge (changes the slot skipped, a data file damaged) found and named, a
+keyless table compared as a multiset."""
 
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from pyiceberg.manifest import DataFileContent
 
 from streambed.config import Settings
+from streambed.lake.catalog import open_catalog
 from streambed.state.store import StateStore
 from tests.fixtures.postgres import ThrowawayPostgres
 from tests.integration.pipeline.harness import StreambedProcess, slot_exists, wait_until
@@ -42,7 +46,10 @@ INSERT INTO public.typed VALUES
     (2, -0.001, '1e-20', 'Infinity', 3.4e38, 'infinity', '2000-01-01', '-infinity', '{}',
      '[]', 'null', '\\x', NULL, '0', '', false, '', '::1', '::/0', B'000'),
     (3, NULL, NULL, 0.1, -1.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     NULL, NULL, NULL, NULL, NULL);
+     NULL, NULL, NULL, NULL, NULL),
+    (4, 0, 0, 0, 0, NULL, NULL, NULL, '{"(a)","b c",""}', '{"k": "t\\tab"}', '" \\\\ "', NULL,
+     NULL, NULL, E'tab\\t nl\\n vt\\x0b ff\\f cr\\r back\\\\ (paren) é', NULL, ' ', NULL, NULL,
+     NULL);
 INSERT INTO public.load SELECT g, g, 'row ' || g FROM generate_series(1, 2000) g;
 INSERT INTO public.bag VALUES (1, 'x'), (1, 'x'), (2, 'y'), (NULL, NULL);
 """
@@ -203,6 +210,58 @@ def test_table_being_copied_is_waited_for(deployment: Deployment) -> None:
     result = deployment.verify("public.load")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "public.load: " in result.stdout and "1 equal, 0 differ" in result.stdout
+
+
+def _live_row(table: object) -> tuple[Path, int]:
+    """A data file of the table's current snapshot and the position of a row in it that no
+    position-delete file removes (the lake may be merge-on-read)."""
+    for task in table.scan().plan_files():  # type: ignore[attr-defined]
+        path = Path(task.file.file_path.removeprefix("file://"))
+        deleted: set[int] = set()
+        for delete in task.delete_files:
+            assert delete.content == DataFileContent.POSITION_DELETES, delete.content
+            positions = pq.read_table(delete.file_path.removeprefix("file://")).to_pylist()
+            deleted |= {int(r["pos"]) for r in positions if r["file_path"] == task.file.file_path}
+        live = [i for i in range(task.file.record_count) if i not in deleted]
+        if live:
+            return path, live[len(live) // 2]
+    raise AssertionError("the table has no live row in the lake")
+
+
+def test_damaged_lake_file_is_named(deployment: Deployment) -> None:
+    """A data file of public.load rewritten with one value changed, its Iceberg metadata
+    left as it was: verify names the key, what each side holds and the resync to run."""
+    table = open_catalog(Settings.from_env(deployment.env)).load_table(("public", "load"))
+    path, position = _live_row(table)
+    original = path.read_bytes()
+    data = pq.read_table(path)
+    key = data.column("id")[position].as_py()
+    notes = data.column("note").to_pylist()
+    notes[position] = "damaged in the lake"
+    column = data.schema.get_field_index("note")
+    damaged = data.set_column(
+        column, data.schema.field(column), pa.array(notes, data.schema.field(column).type)
+    )
+    with psycopg.connect(deployment.url, autocommit=True) as conn:
+        row = conn.execute("SELECT n, note FROM public.load WHERE id = %s", (key,)).fetchone()
+    assert row is not None
+    written = path.with_name(path.name + ".damaged")
+    pq.write_table(damaged, written)
+    os.replace(written, path)
+    try:
+        result = deployment.verify("public.load", "public.typed")
+    finally:
+        written.write_bytes(original)
+        os.replace(written, path)
+    out = result.stdout
+    assert result.returncode == 3, out + result.stderr
+    assert "public.load: DIFFERS" in out and "public.typed: " in out, out
+    assert f"key ('{key}'):" in out, out
+    assert f"source: ('{key}', '{row[0]}', {row[1]!r})" in out, out
+    assert f"lake:   ('{key}', '{row[0]}', 'damaged in the lake')" in out, out
+    assert "streambed resync public.load" in out
+    assert "streambed resync public.typed" not in out
+    assert "1 equal, 1 differ" in out
 
 
 def test_diverged_lake_is_named(deployment: Deployment) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from streambed.config import Settings
 from streambed.pgoutput.encoder import encode
+from streambed.pgoutput.messages import LogicalMessage
 from streambed.pipeline import LOOP_WAIT, Pipeline
+from streambed.replication.heartbeat import HEARTBEAT_PREFIX
 from streambed.replication.stream import Batch
 from tests.unit.core.test_pipeline_catch_up import RELATION, FakeSink, FakeSource, FakeState
 from tests.unit.core.test_pipeline_catch_up import FakeStream as OneRowTransactions
@@ -64,3 +66,40 @@ def test_buffered_changes_are_waited_for_only_until_due(tmp_path: Path) -> None:
     # After the transaction: waits shorter than the interval, until the flush.
     after = stream.timeouts[2:]
     assert after and all(0 <= t <= 0.05 for t in after)
+
+
+class Heartbeat(OneRowTransactions):
+    """A keepalive, a heartbeat read with a keepalive from before it, then a keepalive past
+    it; every status update and whether it was forced is kept."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 0.0)
+        self.batches = [
+            Batch([encode(RELATION, in_stream=False)], 0),
+            Batch([], 0x100),
+            Batch(
+                [encode(LogicalMessage(0, 0x200, HEARTBEAT_PREFIX, b""), in_stream=False)], 0x180
+            ),
+            Batch([], 0x300),
+        ]
+        self.statuses: list[tuple[int, bool]] = []
+        self.before_end: list[tuple[int, bool]] | None = None  # sent while still streaming
+
+    def read_batch(self, timeout: float, limit: int = 4096) -> Batch:
+        if self.batches:
+            return self.batches.pop(0)
+        self.before_end = list(self.statuses)
+        return Batch([], 0)
+
+    def send_status(self, force: bool = False) -> object:
+        self.statuses.append((self.acked, force))
+        return None
+
+
+def test_an_idle_ack_past_a_heartbeat_is_reported_at_once(tmp_path: Path) -> None:
+    """`streambed verify` writes a heartbeat and waits for the slot to move past it."""
+    stream = Heartbeat()
+    pipeline = Pipeline(settings(tmp_path, 1.0), FakeSource(stream), FakeSink(), FakeState())
+    pipeline.run(until=lambda: stream.before_end is not None)
+    assert stream.before_end is not None
+    assert [s for s in stream.before_end if s[1]] == [(0x300, True)], stream.statuses

@@ -9,15 +9,18 @@ from streambed.verify import hashing
 from streambed.verify.hashing import Row
 
 
-def test_row_form_is_unambiguous() -> None:
-    # a comma inside a value, a NULL, an empty string and a literal N all differ
-    assert hashing.row_form([b"a,b", None]) == b"3:a,b,N"
-    assert hashing.row_form([b"a", b"b", None]) == b"1:a,1:b,N"
-    assert hashing.row_form([b""]) == b"0:"
-    assert hashing.row_form([b"N"]) == b"1:N"
-    assert hashing.row_form([None]) == b"N"
-    # lengths count bytes, as Postgres's octet_length does
-    assert hashing.row_form(["é".encode()]) == b"2:\xc3\xa9"
+def test_row_form_is_postgres_record_text() -> None:
+    # a comma inside a value, a NULL, an empty string and quotes all differ, as record_out
+    # writes them: ROW('a,b', NULL)::text is ("a,b",)
+    assert hashing.row_form([b"a,b", None]) == b'("a,b",)'
+    assert hashing.row_form([b"a", b"b", None]) == b"(a,b,)"
+    assert hashing.row_form([b""]) == b'("")'
+    assert hashing.row_form([None]) == b"()"
+    assert hashing.row_form([]) == b"()"
+    assert hashing.row_form([b'say "hi"', b"back\\slash"]) == b'("say ""hi""","back\\\\slash")'
+    for space in (b" ", b"\t", b"\n", b"\v", b"\f", b"\r", b"(", b")"):
+        assert hashing.row_form([b"a" + space]) == b'("a' + space + b'")'
+    assert hashing.row_form(["é".encode()]) == "(é)".encode()
 
 
 def test_row_hash_is_the_first_64_bits_of_md5_signed() -> None:
@@ -30,11 +33,7 @@ def test_sql_matches_python() -> None:
     # the SQL the source runs uses the same digits and moduli as the Python side
     text = '(CASE WHEN num_nulls("a") = 0 THEN format(\'%s\', "a") END)'
     assert hashing.sql_text('"a"') == text
-    assert (
-        hashing.sql_row_form(['"a"'])
-        == f"coalesce(octet_length({text})::text || ':' || {text}, 'N')"
-    )
-    assert hashing.sql_row_form([]) == "''"
+    assert hashing.sql_row_form(['"a"', '"b"']) == 'ROW("a", "b")::text'
     step = hashing.sql_step("d", 16, 10)
     assert "substr(d, 17, 7)" in step and "bit(28)" in step and "% 10" in step
     assert hashing.sql_bucket("d", ()) == "true"
@@ -113,7 +112,8 @@ def test_duckdb_forms_match_python() -> None:
     import duckdb
     import pyarrow as pa
 
-    rows = [("1", "a,b"), ("22", None), ("é", ""), (None, "N")]
+    rows = [("1", "a,b"), ("22", None), ("é", ""), (None, "N"), ('"q"', "b\\s (x)")]
+    rows += [(f"a{c}b", "\x0b") for c in "\t\n\x0b\f\r ,()"]
     rows += [(str(i), "x" * i) for i in range(40)]
     table = pa.table({"c0": [r[0] for r in rows], "c1": [r[1] for r in rows]})
     conn = duckdb.connect()
