@@ -1,6 +1,6 @@
 """Cost of one commit as a table's history grows: the manifest fix and snapshot expiry.
 
-    .venv/bin/python bench/commit_cost.py [--commits 150] [--every 25]
+    .venv/bin/python bench/commit_cost.py [--commits 150] [--every 25] [--merge-on-read]
 
 Each run makes `--commits` commits to a new 100-row table on a local SQLite catalog; each
 commit replaces the previous commit's data file by a new one, as a flush that updates rows
@@ -13,6 +13,11 @@ does. Four runs:
   (`streambed.lake.expire`, STREAMBED_SNAPSHOT_MAX) after each commit;
 - `streambed as run`: what `streambed run` does with its defaults: expiry at 50 snapshots,
   and a table that keeps its last 100 metadata files (`tables.METADATA_PROPERTIES`).
+
+With `--merge-on-read`, each commit after the first is a merge-on-read flush of one
+updated row (a 1-row data file, a delete file against the first file), as `streambed run`
+commits it, once with `commit.manifest-merge.enabled=false` (what streambed did before it
+merged manifests) and once with its defaults (`streambed.lake.manifest_merge`).
 
 It prints the commit time (median of the last `--every` commits), the snapshots and
 manifests of the current snapshot, the metadata file's size, and the files and bytes in
@@ -34,9 +39,10 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 
 from streambed.lake.commit import SUMMARY_LSN, commit, data_file
+from streambed.lake.deletes import write_position_deletes
 from streambed.lake.expire import Retention, expire
 from streambed.lake.files import current_data_files
 from streambed.lake.tables import METADATA_PROPERTIES
@@ -61,6 +67,24 @@ def stock_commit(table: Table, removed: list[str], added: list[str], lsn: int) -
 
 def lean_commit(table: Table, removed: list[str], added: list[str], lsn: int) -> None:
     commit(table, removed=removed, added=added, lsn=lsn)
+
+
+class MergeOnRead:
+    """A merge-on-read flush per commit after the first: one updated row, i.e. a 1-row data
+    file and a delete file hiding one row of the first commit's file."""
+
+    def __init__(self) -> None:
+        self.base: str | None = None
+
+    def __call__(self, table: Table, removed: list[str], added: list[str], lsn: int) -> None:
+        if self.base is None:
+            self.base = added[0]
+            commit(table, removed=[], added=added, lsn=lsn)
+            return
+        row = pa.table({"id": [lsn % 100], "v": ["y"]}, schema=SCHEMA)
+        pq.write_table(row, added[0].removeprefix("file://"))
+        deletes = write_position_deletes(table, {self.base: pa.array([lsn % 100], pa.int64())})
+        commit(table, removed=[], added=added, lsn=lsn, deletes=deletes)
 
 
 def run(
@@ -115,9 +139,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--commits", type=int, default=150)
     parser.add_argument("--every", type=int, default=25)
+    parser.add_argument(
+        "--merge-on-read",
+        action="store_true",
+        help="merge-on-read flushes, with and without merging manifests, instead",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    runs: list[tuple[str, Committer, int | None, dict[str, str] | None]] = [
+    runs: list[tuple[str, Committer, int | None, dict[str, str] | None]]
+    if args.merge_on_read:
+        unmerged = METADATA_PROPERTIES | {TableProperties.MANIFEST_MERGE_ENABLED: "false"}
+        runs = [
+            ("merge-on-read, manifests not merged", MergeOnRead(), 50, unmerged),
+            ("merge-on-read as run", MergeOnRead(), 50, METADATA_PROPERTIES),
+        ]
+        for name, c, keep, props in runs:
+            run(name, c, keep, args.commits, args.every, props)
+        return
+    runs = [
         ("pyiceberg", stock_commit, None, None),
         ("streambed, no expiry", lean_commit, None, None),
         ("streambed, max 100", lean_commit, 100, None),

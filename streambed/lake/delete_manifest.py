@@ -12,6 +12,9 @@ handles delete files itself:
   stays;
 - the snapshot summary counts both (added/removed delete files and position deletes).
 
+Manifests of both kinds are merged once a snapshot would carry too many
+(`streambed.lake.manifest_merge`), each kind apart.
+
 Sequence numbers: the added delete files get this snapshot's sequence number, so they apply
 to the data files they name (all older: a delete file only names files already committed),
 never to the rows this snapshot appends.
@@ -37,6 +40,7 @@ from pyiceberg.table.snapshots import (
 )
 from pyiceberg.utils.properties import property_as_int
 
+from streambed.lake.manifest_merge import merge_manifests
 from streambed.lake.overwrite import LeanOverwrite, overwrite
 
 
@@ -71,10 +75,10 @@ class DeltaOverwrite(LeanOverwrite):
         self._removed_deletes[delete_file.file_path] = delete_file
         return self
 
-    def _deletes_writer(self) -> _DeletesManifestWriter:
+    def _deletes_writer(self, spec_id: int | None = None) -> _DeletesManifestWriter:
         metadata = self._transaction.table_metadata
         return _DeletesManifestWriter(
-            metadata.spec(),
+            metadata.spec() if spec_id is None else self.spec(spec_id),
             self.schema(),
             self.new_manifest_output(),
             self._snapshot_id,
@@ -109,6 +113,8 @@ class DeltaOverwrite(LeanOverwrite):
         }
         if missing:
             raise ValueError(f"delete files to remove are not in the table: {sorted(missing)[:3]}")
+        data = [m for m in manifests if m.content == ManifestContent.DATA]
+        deletes = [m for m in manifests if m.content == ManifestContent.DELETES]
         if self._added_deletes or self._removed_entries:
             with self._deletes_writer() as writer:
                 for delete_file in self._added_deletes:
@@ -123,8 +129,10 @@ class DeltaOverwrite(LeanOverwrite):
                     )
                 for entry in self._removed_entries:
                     writer.delete(entry)
-            manifests.append(writer.to_manifest_file())
-        return manifests
+            deletes.insert(0, writer.to_manifest_file())
+        return merge_manifests(
+            self, data, lambda spec_id: self.new_manifest_writer(self.spec(spec_id))
+        ) + merge_manifests(self, deletes, self._deletes_writer)
 
     def _summary(self, snapshot_properties: dict[str, str] | None = None) -> Summary:
         metadata = self._transaction.table_metadata
