@@ -364,6 +364,17 @@ REPORTED_SETTINGS = (
 )  # fmt: skip
 
 
+def _quotient_texts(operands: pa.Array) -> pa.Array:
+    """Postgres's text of the quotients of an exact division item the query returned as
+    its operands (`numeric.OPERANDS_FORM`)."""
+    try:
+        return numeric.operand_texts(operands)
+    except ValueError as e:
+        if "division by zero" in str(e):
+            raise QueryError("division by zero", "22012") from e
+        raise
+
+
 def _parse_duration(text: str) -> float:
     """statement_timeout values: '5000' (ms), '5s', '1min', '250ms', '0'."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*", text)
@@ -1010,14 +1021,20 @@ class DbSession:
                 c if o is None else c.from_table(o, str(d[1]))
                 for c, o, d in zip(columns, found, description, strict=True)
             ]
-        # exact avg()/division items: send their text (numeric, Postgres's scale)
-        texts = [i for i, d in enumerate(description) if str(d[1]) == pgtypes.NUMERIC_TEXT_TYPE]
+        # exact avg()/division items: send their text (numeric, Postgres's scale), computed
+        # in the query or, from the operands it returns, here
+        kinds = [str(d[1]) for d in description]
+        texts = [i for i, kind in enumerate(kinds) if kind == pgtypes.NUMERIC_TEXT_TYPE]
+        operands = [i for i, kind in enumerate(kinds) if kind == pgtypes.NUMERIC_OPERANDS_TYPE]
         fields = [
-            pa.field(final_names[i], pa.string()) if i in texts else f.with_name(final_names[i])
+            pa.field(final_names[i], pa.string())
+            if i in texts or i in operands
+            else f.with_name(final_names[i])
             for i, f in enumerate(reader.schema)
         ]
         schema = pa.schema(fields, metadata=reader.schema.metadata)
-        stream = self._stream(reader, schema, bool(renames) or bool(texts), texts, redact)
+        rebuild = bool(renames) or bool(texts) or bool(operands)
+        stream = self._stream(reader, schema, rebuild, texts, operands, redact)
         return columns, stream
 
     def _stream(
@@ -1026,6 +1043,7 @@ class DbSession:
         schema: pa.Schema,
         rebuild: bool,
         texts: list[int],
+        operands: list[int],
         redact: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         try:
@@ -1046,6 +1064,8 @@ class DbSession:
                     arrays = list(batch.columns)
                     for i in texts:  # flatten() keeps the struct's NULLs
                         arrays[i] = arrays[i].flatten()[1]
+                    for i in operands:
+                        arrays[i] = _quotient_texts(arrays[i])
                     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
                 yield self._db.redactor.batch(batch) if redact else batch
         except QueryError as error:

@@ -72,7 +72,8 @@ def _scale_of(value: str) -> str:
 def _quotient_sql(function: str, x: str, kx: str, y: str, ky: str) -> str:
     """SQL calling a quotient function on x and y (scales kx, ky): each as DECIMAL(38, 6)
     when its scale is at most 6, else as text. x and y appear twice each (one of the two
-    is a constant-false branch): a nested division's macro expands once per appearance."""
+    is a constant-false branch): a nested division's macro expands once per appearance.
+    `function` struct_pack: the same six values as a struct (`OPERANDS_TYPE`)."""
     args = []
     for value, scale in ((x, kx), (y, ky)):
         fast = numeric_batch.FAST_SCALE
@@ -81,7 +82,19 @@ def _quotient_sql(function: str, x: str, kx: str, y: str, ky: str) -> str:
             f"CASE WHEN {scale} > {fast} THEN CAST({value} AS VARCHAR) END",
             scale,
         ]
+    if function == "struct_pack":
+        args = [f"{name} := {arg}" for name, arg in zip(OPERAND_FIELDS, args, strict=True)]
     return f"{function}({', '.join(args)})"
+
+
+# A bare select-list item that ORDER BY does not sort by: the macro returns the operands
+# (`_quotient_sql` as a struct) and the server computes Postgres's text from each batch
+# it sends (`operand_texts`), which spares the query the Python UDF's fixed cost per call.
+OPERAND_FIELDS = ("sb_x", "sb_xs", "sb_kx", "sb_y", "sb_ys", "sb_ky")
+OPERANDS_TYPE = (
+    f"STRUCT(sb_x {numeric_batch.FAST_TYPE}, sb_xs VARCHAR, sb_kx INTEGER, "
+    f"sb_y {numeric_batch.FAST_TYPE}, sb_ys VARCHAR, sb_ky INTEGER)"
+)
 
 
 SUM_PROXY, AVG_PROXY, DIV_PROXY = "sb_sum_type", "sb_avg_type", "sb_div_type"
@@ -115,6 +128,16 @@ TO_NUMERIC_SQL = (
 QUOTIENT = "sb_quotient"
 QUOTIENT_TEXT = "sb_quotient_text"
 DIV, DIV_TEXT, AVG, AVG_TEXT = "sb_div", "sb_div_text", "sb_avg", "sb_avg_text"
+DIV_OPERANDS, AVG_OPERANDS = "sb_div_operands", "sb_avg_operands"
+# what an avg()/division item computes: DECIMAL(38, 20) inside an expression; Postgres's
+# text and a double to sort by for a bare select-list item; its operands for one that
+# ORDER BY does not sort by (the server computes the text)
+DECIMAL_FORM, TEXT_FORM, OPERANDS_FORM = "decimal", "text", "operands"
+_FORMS = {
+    DECIMAL_FORM: (DIV, AVG, QUOTIENT),
+    TEXT_FORM: (DIV_TEXT, AVG_TEXT, QUOTIENT_TEXT),
+    OPERANDS_FORM: (DIV_OPERANDS, AVG_OPERANDS, "struct_pack"),
+}
 
 
 def macros_sql() -> list[str]:
@@ -125,7 +148,7 @@ def macros_sql() -> list[str]:
     out = [SUM_MACRO_SQL, TO_NUMERIC_SQL, *PROXY_MACROS_SQL]
     params = "px, py, x, y"
     divided = f"x / {NONZERO}(y, x)"
-    for div, avg, function in ((DIV, AVG, QUOTIENT), (DIV_TEXT, AVG_TEXT, QUOTIENT_TEXT)):
+    for div, avg, function in _FORMS.values():
         exact = _quotient_sql(function, "x", _scale_of("px"), "y", _scale_of("py"))
         # (BIGINT, DECIMAL) and (DECIMAL, BIGINT) spelled out: DuckDB finds sum(int) /
         # sum(numeric) ambiguous between the integer and the decimal overloads otherwise
@@ -146,7 +169,8 @@ def macros_sql() -> list[str]:
     return out
 
 
-_MACRO_NAMES = (DIV, DIV_TEXT, AVG, AVG_TEXT, DIV_PROXY, AVG_PROXY, QUOTIENT, TO_NUMERIC, NONZERO)
+_MACRO_NAMES = (DIV, DIV_TEXT, DIV_OPERANDS, AVG, AVG_TEXT, AVG_OPERANDS, DIV_PROXY, AVG_PROXY,
+                QUOTIENT, TO_NUMERIC, NONZERO)  # fmt: skip
 
 
 def raised_by_macros(error: BaseException) -> bool:
@@ -195,6 +219,16 @@ def _quotient_text_udf(
             [order, texts], names=[ORDER_FIELD, TEXT_FIELD], mask=pc.is_null(texts)
         )
     )
+
+
+def operand_texts(operands: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Postgres's text of each quotient of an `OPERANDS_FORM` column (NULL where an
+    operand is). Raises ValueError("division by zero") for a zero divisor."""
+    array = _array(operands)
+    if len(array) == 0:
+        return pa.array([], pa.string())
+    fields = [array.field(name) for name in OPERAND_FIELDS]
+    return _quotients(*fields).texts
 
 
 def arrow_owned(values: pa.Array) -> pa.Array:
@@ -271,20 +305,35 @@ def _mentions_quotient(node: object) -> bool:
     return any(_mentions_quotient(getattr(node, attr)) for attr in node)
 
 
-def text_items(stmt: ast.Node) -> set[int]:
-    """ids of the avg()/division nodes that are a bare select-list item of the outer query:
-    those are sent as Postgres's text. Not under SELECT DISTINCT or when GROUP BY computes
-    a quotient (the expressions must match the select list's)."""
+def item_forms(stmt: ast.Node) -> dict[int, str]:
+    """The avg()/division nodes that are a bare select-list item of the outer query, by id:
+    those are sent as Postgres's text, computed in the query (`TEXT_FORM`) when ORDER BY
+    may sort by them, else by the server (`OPERANDS_FORM`). Not under SELECT DISTINCT or
+    when GROUP BY computes a quotient (the expressions must match the select list's)."""
     if not isinstance(stmt, ast.SelectStmt) or stmt.op != 0 or stmt.distinctClause:
-        return set()
+        return {}
     if _mentions_quotient(stmt.groupClause):
-        return set()
-    found = set()
-    for target in stmt.targetList or ():
+        return {}
+    found = {}
+    for position, target in enumerate(stmt.targetList or (), start=1):
         value = target.val if isinstance(target, ast.ResTarget) else None
         if is_div(value) or is_avg(value):
-            found.add(id(value))
+            name = target.name if isinstance(target, ast.ResTarget) else None
+            sorted_by = any(_may_sort_by(s, position, name) for s in stmt.sortClause or ())
+            found[id(value)] = TEXT_FORM if sorted_by else OPERANDS_FORM
     return found
+
+
+def _may_sort_by(sort: object, position: int, name: str | None) -> bool:
+    """Whether an ORDER BY item may refer to the select-list item at `position` named
+    `name`: its number, a bare name equal to the item's, or any expression with a quotient."""
+    key = sort.node if isinstance(sort, ast.SortBy) else sort
+    if isinstance(key, ast.A_Const):
+        return isinstance(key.val, ast.Integer) and key.val.ival == position
+    if isinstance(key, ast.ColumnRef):
+        fields = [f.sval for f in key.fields or () if isinstance(f, ast.String)]
+        return len(fields) != 1 or name is None or fields[0].lower() == name.lower()
+    return _mentions_quotient(key)
 
 
 def _call(name: str, *args: ast.Node) -> ast.FuncCall:
@@ -338,9 +387,9 @@ def _call_proxy(call: ast.FuncCall) -> Any:
     name, args = _name(call), call.args or ()
     if name == SUM_MACRO:  # sb_sum_result(x, sum(x))
         return _call(SUM_PROXY, args[0])
-    if name in (AVG, AVG_TEXT):  # sb_avg(proxy x, proxy x, sum, count, avg)
+    if name in (AVG, AVG_TEXT, AVG_OPERANDS):  # sb_avg(proxy x, proxy x, sum, count, avg)
         return _call(AVG_PROXY, args[0])
-    if name in (DIV, DIV_TEXT):  # sb_div(proxy x, proxy y, proxy x, proxy y, x, y)
+    if name in (DIV, DIV_TEXT, DIV_OPERANDS):  # sb_div(proxy x, proxy y, proxy x, proxy y, x, y)
         return _call(DIV_PROXY, args[0], args[1])
     aggregate = call.over is not None or call.agg_star or call.agg_distinct or call.agg_filter
     if name in _BIGINT and (aggregate or name == "count"):
@@ -383,9 +432,9 @@ def scale_proxy(node: Any) -> Any:
         return node
     if isinstance(node, ast.FuncCall):
         name, args = _name(node), node.args or ()
-        if name in (AVG, AVG_TEXT):
+        if name in (AVG, AVG_TEXT, AVG_OPERANDS):
             return _call(AVG_PROXY, args[0])
-        if name in (DIV, DIV_TEXT):
+        if name in (DIV, DIV_TEXT, DIV_OPERANDS):
             return _call(DIV_PROXY, args[0], args[1])
     changes = {
         attr: scale_proxy(getattr(node, attr))
@@ -397,7 +446,7 @@ def scale_proxy(node: Any) -> Any:
     return type(node)(**{**{attr: getattr(node, attr) for attr in node}, **changes})
 
 
-def avg_call(call: ast.FuncCall, as_text: bool) -> ast.FuncCall | None:
+def avg_call(call: ast.FuncCall, form: str) -> ast.FuncCall | None:
     """`avg(x)` (arguments already rewritten) as the typed macro call; None if x's type
     cannot be told at bind time."""
     (arg,) = call.args or ()
@@ -407,14 +456,14 @@ def avg_call(call: ast.FuncCall, as_text: bool) -> ast.FuncCall | None:
     total, count = _aggregate(call, "sum"), _aggregate(call, "count")
     scale = _aggregate(call, "sum")
     scale.args = (scale_proxy(arg),)
-    return _call(AVG_TEXT if as_text else AVG, proxy, scale, total, count, call)
+    return _call(_FORMS[form][1], proxy, scale, total, count, call)
 
 
-def div_call(x: ast.Node, y: ast.Node, as_text: bool) -> ast.FuncCall | None:
+def div_call(x: ast.Node, y: ast.Node, form: str) -> ast.FuncCall | None:
     """`x / y` (operands already rewritten) as the typed macro call, which also checks for
     a zero divisor; None if the operands' types cannot be told at bind time."""
     px, py = type_proxy(x), type_proxy(y)
     if px is None or py is None:
         return None
     sx, sy = scale_proxy(x), scale_proxy(y)
-    return _call(DIV_TEXT if as_text else DIV, px, py, sx, sy, x, y)
+    return _call(_FORMS[form][0], px, py, sx, sy, x, y)

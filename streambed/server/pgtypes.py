@@ -259,6 +259,11 @@ _SIMPLE = {
 
 # streambed.server.numeric.TEXT_RESULT_TYPE as DuckDB describes it
 NUMERIC_TEXT_TYPE = "STRUCT(sb_numeric_order DOUBLE, sb_numeric_text VARCHAR)"
+# streambed.server.numeric.OPERANDS_TYPE: a quotient's operands, the server computes its text
+NUMERIC_OPERANDS_TYPE = (
+    "STRUCT(sb_x DECIMAL(38,6), sb_xs VARCHAR, sb_kx INTEGER, "
+    "sb_y DECIMAL(38,6), sb_ys VARCHAR, sb_ky INTEGER)"
+)
 
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 
@@ -276,7 +281,8 @@ def pg_type_for_duckdb(type_name: str) -> PgType:
     simple = _SIMPLE.get(upper)
     if simple is not None:
         return simple
-    if text == NUMERIC_TEXT_TYPE:  # an exact avg()/division: Postgres's text, its own scale
+    if text in (NUMERIC_TEXT_TYPE, NUMERIC_OPERANDS_TYPE):
+        # an exact avg()/division: Postgres's text, its own scale
         return NUMERIC
     match = _DECIMAL.match(upper)
     if match:
