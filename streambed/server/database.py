@@ -46,6 +46,7 @@ from streambed.server import (
     numeric,
     origins,
     pgtypes,
+    prepared,
     redact,
     rewrite,
     select_list,
@@ -364,6 +365,9 @@ REPORTED_SETTINGS = (
 )  # fmt: skip
 
 
+_ABORTED_MESSAGE = "current transaction is aborted, commands ignored until end of transaction block"
+
+
 def _quotient_texts(operands: pa.Array) -> pa.Array:
     """Postgres's text of the quotients of an exact division item the query returned as
     its operands (`numeric.OPERANDS_FORM`)."""
@@ -454,6 +458,7 @@ class LakeDatabase:
         self._columns_cache: dict[tuple[str, int], tuple[tuple[str, str], ...]] = {}
         self._snapshot_cache: dict[str, list[timetravel.SnapshotInfo]] = {}
         self._generation = _Generation(None, {}, frozenset())
+        self.generation_number = 0  # counts the refreshes that changed what is served
         self._catalog_columns: dict[str, origins.Columns] = {}
         try:
             self._setup()
@@ -604,6 +609,7 @@ class LakeDatabase:
         for gone in [k for k in self._columns_cache if k not in shapes]:
             del self._columns_cache[gone]
         self._generation = _Generation(watermark, infos, frozenset(schemas))
+        self.generation_number += 1
         log.info("query views refreshed lsn=%d tables=%d", watermark.lsn, len(infos))
 
     # -- time travel ----------------------------------------------------------------------
@@ -731,6 +737,9 @@ class DbSession:
         # the result columns taken straight from tables, of the last statement prepared
         self._origins: list[origins.ColumnOrigin | None] | None = None
         self._local_settings: dict[str, str] = {}  # set_config(..., true): values to restore
+        self._prepared = prepared.PreparedCache()
+        # the statement being prepared used time travel or set_config(): not to be cached
+        self._resolved_outside = False
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -808,6 +817,13 @@ class DbSession:
         return None
 
     def _execute(self, sql: str, params: list[object]) -> QueryResult:
+        if not params:
+            hit = self._prepared.get(self._cache_key(sql))
+            if hit is not None:
+                if self._status == "E":
+                    raise QueryError(_ABORTED_MESSAGE, "25P02")
+                self._origins = None if hit.origins is None else list(hit.origins)
+                return self._run(hit.text, [], list(hit.names), hit.tag)
         try:
             statements = sqlparse.parse_sql(sql)
         except pglast.parser.ParseError as e:
@@ -822,10 +838,7 @@ class DbSession:
         if isinstance(stmt, ast.TransactionStmt):
             return self._transaction(stmt)
         if self._status == "E":
-            raise QueryError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
+            raise QueryError(_ABORTED_MESSAGE, "25P02")
         if isinstance(stmt, ast.VariableSetStmt):
             return self._set(stmt)
         if isinstance(stmt, ast.VariableShowStmt):
@@ -888,12 +901,21 @@ class DbSession:
         )
 
     def _time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:
+        self._resolved_outside = True
         return self._db.resolve_time_travel(function, table, value)
 
+    def _cache_key(self, sql: str) -> prepared.Key:
+        return prepared.key(sql, self.settings, self._db.generation_number)
+
     def _select(self, sql: str, stmt: ast.Node, params: list[object], tag: str) -> QueryResult:
+        """Prepare and run a SELECT or EXPLAIN (already checked); remember how it was
+        prepared when nothing but the text, the settings and the lake decided it."""
+        cache_key = self._cache_key(sql)
+        self._resolved_outside = False
         text, bound, names = self._prepare_select(sql, stmt, params)
+        origins = self._origins
         try:
-            return self._run(text, bound, names, tag)
+            result = self._run(text, bound, names, tag)
         except duckdb.Error as e:
             if not numeric.raised_by_macros(e):
                 raise
@@ -906,7 +928,12 @@ class DbSession:
             fresh = sqlparse.parse_sql(sql)[0].stmt
             assert fresh is not None
             text, bound, names = self._prepare_select(sql, fresh, params, exact_numeric=False)
-            return self._run(text, bound, names, tag)
+            origins = self._origins
+            result = self._run(text, bound, names, tag)
+        if not params and not self._resolved_outside:
+            kept = None if origins is None else tuple(origins)
+            self._prepared.put(cache_key, prepared.Prepared(text, tuple(names), kept, tag))
+        return result
 
     def _prepare_select(
         self, sql: str | None, stmt: ast.Node, params: list[object], exact_numeric: bool = True
@@ -1312,6 +1339,7 @@ class DbSession:
     def _set_config(self, name: str, value: str, is_local: bool) -> str:
         """set_config(): like SET (or SET LOCAL, which ends with the transaction block and
         outside one changes nothing); returns the value as SHOW would give it."""
+        self._resolved_outside = True
         key = name.lower()
         if is_local and self._status == "I":
             return self._checked_setting(key, value)

@@ -331,7 +331,8 @@ def _may_sort_by(sort: object, position: int, name: str | None) -> bool:
     if isinstance(key, ast.A_Const):
         return isinstance(key.val, ast.Integer) and key.val.ival == position
     if isinstance(key, ast.ColumnRef):
-        fields = [f.sval for f in key.fields or () if isinstance(f, ast.String)]
+        fields = [f.sval or "" for f in key.fields or () if isinstance(f, ast.String)]
+        # an item without an alias has a name of its own too (`avg`, `?column?`)
         return len(fields) != 1 or name is None or fields[0].lower() == name.lower()
     return _mentions_quotient(key)
 
