@@ -1052,7 +1052,7 @@ class DbSession:
         # in the query or, from the operands it returns, here
         kinds = [str(d[1]) for d in description]
         texts = [i for i, kind in enumerate(kinds) if kind == pgtypes.NUMERIC_TEXT_TYPE]
-        operands = [i for i, kind in enumerate(kinds) if kind == pgtypes.NUMERIC_OPERANDS_TYPE]
+        operands = [i for i, kind in enumerate(kinds) if pgtypes.is_numeric_operands(kind)]
         fields = [
             pa.field(final_names[i], pa.string())
             if i in texts or i in operands

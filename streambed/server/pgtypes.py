@@ -259,11 +259,13 @@ _SIMPLE = {
 
 # streambed.server.numeric.TEXT_RESULT_TYPE as DuckDB describes it
 NUMERIC_TEXT_TYPE = "STRUCT(sb_numeric_order DOUBLE, sb_numeric_text VARCHAR)"
-# streambed.server.numeric.OPERANDS_TYPE: a quotient's operands, the server computes its text
-NUMERIC_OPERANDS_TYPE = (
-    "STRUCT(sb_x DECIMAL(38,6), sb_xs VARCHAR, sb_kx INTEGER, "
-    "sb_y DECIMAL(38,6), sb_ys VARCHAR, sb_ky INTEGER)"
-)
+# streambed.server.numeric.OPERANDS_TYPE_PREFIX: a quotient's operands (the server computes
+# its text), STRUCT(sb_dividend <type>, sb_divisor <type>)
+NUMERIC_OPERANDS_PREFIX = "STRUCT(sb_dividend "
+
+
+def is_numeric_operands(type_name: str) -> bool:
+    return type_name.startswith(NUMERIC_OPERANDS_PREFIX) and ", sb_divisor " in type_name
 
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 
@@ -281,7 +283,7 @@ def pg_type_for_duckdb(type_name: str) -> PgType:
     simple = _SIMPLE.get(upper)
     if simple is not None:
         return simple
-    if text in (NUMERIC_TEXT_TYPE, NUMERIC_OPERANDS_TYPE):
+    if text == NUMERIC_TEXT_TYPE or is_numeric_operands(text):
         # an exact avg()/division: Postgres's text, its own scale
         return NUMERIC
     match = _DECIMAL.match(upper)
