@@ -26,7 +26,9 @@ zeros to 20 decimals (quotients below 0.0001 are rounded at 20 decimals; 10^18 o
 with numeric field overflow). A bare select-list item of the outer query (`_text` variants)
 is Postgres's text at Postgres's scale, which varies by value (1.3333333333333333,
 2.5000000000000000, 0.000000033333333333333333), in a struct with a double that ORDER BY
-sorts by; the server sends the text as numeric without typmod, like Postgres. SELECT
+sorts by; the server sends the text as numeric without typmod, like Postgres. When no ORDER
+BY item can name it (`item_forms`), the item is `_operands` instead: the dividend and the
+divisor as they are, and the server computes the same text from each batch. SELECT
 DISTINCT and GROUP BY on a quotient use the DECIMAL form, so equal values are one.
 
 `sum(x)` anywhere becomes `sb_sum_result(x, sum(x))`, a macro whose typed overloads make the
