@@ -147,7 +147,7 @@ def breakdown(db: LakeDatabase, sql: str, repeat: int) -> dict[str, float]:
             text, params, names = session._prepare_select(sql, stmt, [])
             note("rewrite", time.perf_counter() - started)
             session._prepared.put(
-                session._cache_key(sql), prepared.Prepared(text, tuple(names), None, "SELECT")
+                session._cache_key(sql), prepared.PreparedSelect(text, tuple(names), None, "SELECT")
             )
             note("cached", seconds(lambda: session._prepared.get(session._cache_key(sql))))
             for step, query, bound in (("execute", text, params), ("plain", sql, [])):

@@ -932,7 +932,7 @@ class DbSession:
             result = self._run(text, bound, names, tag)
         if not params and not self._resolved_outside:
             kept = None if origins is None else tuple(origins)
-            self._prepared.put(cache_key, prepared.Prepared(text, tuple(names), kept, tag))
+            self._prepared.put(cache_key, prepared.PreparedSelect(text, tuple(names), kept, tag))
         return result
 
     def _prepare_select(

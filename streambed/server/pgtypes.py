@@ -267,6 +267,7 @@ NUMERIC_OPERANDS_PREFIX = "STRUCT(sb_dividend "
 def is_numeric_operands(type_name: str) -> bool:
     return type_name.startswith(NUMERIC_OPERANDS_PREFIX) and ", sb_divisor " in type_name
 
+
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 
 

@@ -23,7 +23,7 @@ MAX_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedSelect:
     """A checked and rewritten statement: the DuckDB text, the Postgres column names, the
     columns' table origins (None: not known) and the command tag."""
 
@@ -46,16 +46,16 @@ class PreparedCache:
     def __init__(self, capacity: int = CAPACITY, max_chars: int = MAX_CHARS) -> None:
         self.capacity = capacity
         self.max_chars = max_chars
-        self._entries: OrderedDict[Key, Prepared] = OrderedDict()
+        self._entries: OrderedDict[Key, PreparedSelect] = OrderedDict()
         self._chars = 0
 
-    def get(self, cache_key: Key) -> Prepared | None:
+    def get(self, cache_key: Key) -> PreparedSelect | None:
         found = self._entries.get(cache_key)
         if found is not None:
             self._entries.move_to_end(cache_key)
         return found
 
-    def put(self, cache_key: Key, prepared: Prepared) -> None:
+    def put(self, cache_key: Key, prepared: PreparedSelect) -> None:
         size = _size(cache_key, prepared)
         if size > self.max_chars:
             return
@@ -72,5 +72,5 @@ class PreparedCache:
         return len(self._entries)
 
 
-def _size(cache_key: Key, prepared: Prepared) -> int:
+def _size(cache_key: Key, prepared: PreparedSelect) -> int:
     return len(cache_key[0]) + len(prepared.text)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from streambed.server import prepared
 
 
-def _entry(text: str) -> prepared.Prepared:
-    return prepared.Prepared(text, ("a",), None, "SELECT")
+def _entry(text: str) -> prepared.PreparedSelect:
+    return prepared.PreparedSelect(text, ("a",), None, "SELECT")
 
 
 def test_least_recently_used_goes_first() -> None:
