@@ -46,6 +46,7 @@ from streambed.server import (
     numeric,
     origins,
     pgtypes,
+    prepared,
     redact,
     rewrite,
     select_list,
@@ -364,6 +365,20 @@ REPORTED_SETTINGS = (
 )  # fmt: skip
 
 
+_ABORTED_MESSAGE = "current transaction is aborted, commands ignored until end of transaction block"
+
+
+def _quotient_texts(operands: pa.Array) -> pa.Array:
+    """Postgres's text of the quotients of an exact division item the query returned as
+    its operands (`numeric.OPERANDS_FORM`)."""
+    try:
+        return numeric.operand_texts(operands)
+    except ValueError as e:
+        if "division by zero" in str(e):
+            raise QueryError("division by zero", "22012") from e
+        raise
+
+
 def _parse_duration(text: str) -> float:
     """statement_timeout values: '5000' (ms), '5s', '1min', '250ms', '0'."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*", text)
@@ -443,6 +458,7 @@ class LakeDatabase:
         self._columns_cache: dict[tuple[str, int], tuple[tuple[str, str], ...]] = {}
         self._snapshot_cache: dict[str, list[timetravel.SnapshotInfo]] = {}
         self._generation = _Generation(None, {}, frozenset())
+        self.generation_number = 0  # counts the refreshes that changed what is served
         self._catalog_columns: dict[str, origins.Columns] = {}
         try:
             self._setup()
@@ -593,6 +609,7 @@ class LakeDatabase:
         for gone in [k for k in self._columns_cache if k not in shapes]:
             del self._columns_cache[gone]
         self._generation = _Generation(watermark, infos, frozenset(schemas))
+        self.generation_number += 1
         log.info("query views refreshed lsn=%d tables=%d", watermark.lsn, len(infos))
 
     # -- time travel ----------------------------------------------------------------------
@@ -720,6 +737,9 @@ class DbSession:
         # the result columns taken straight from tables, of the last statement prepared
         self._origins: list[origins.ColumnOrigin | None] | None = None
         self._local_settings: dict[str, str] = {}  # set_config(..., true): values to restore
+        self._prepared = prepared.PreparedCache()
+        # the statement being prepared used time travel or set_config(): not to be cached
+        self._resolved_outside = False
 
     # -- state the wire layer reports -------------------------------------------------------
 
@@ -797,6 +817,13 @@ class DbSession:
         return None
 
     def _execute(self, sql: str, params: list[object]) -> QueryResult:
+        if not params:
+            hit = self._prepared.get(self._cache_key(sql))
+            if hit is not None:
+                if self._status == "E":
+                    raise QueryError(_ABORTED_MESSAGE, "25P02")
+                self._origins = None if hit.origins is None else list(hit.origins)
+                return self._run(hit.text, [], list(hit.names), hit.tag)
         try:
             statements = sqlparse.parse_sql(sql)
         except pglast.parser.ParseError as e:
@@ -811,10 +838,7 @@ class DbSession:
         if isinstance(stmt, ast.TransactionStmt):
             return self._transaction(stmt)
         if self._status == "E":
-            raise QueryError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
+            raise QueryError(_ABORTED_MESSAGE, "25P02")
         if isinstance(stmt, ast.VariableSetStmt):
             return self._set(stmt)
         if isinstance(stmt, ast.VariableShowStmt):
@@ -877,12 +901,21 @@ class DbSession:
         )
 
     def _time_travel(self, function: str, table: str, value: Any) -> tuple[str, int]:
+        self._resolved_outside = True
         return self._db.resolve_time_travel(function, table, value)
 
+    def _cache_key(self, sql: str) -> prepared.Key:
+        return prepared.key(sql, self.settings, self._db.generation_number)
+
     def _select(self, sql: str, stmt: ast.Node, params: list[object], tag: str) -> QueryResult:
+        """Prepare and run a SELECT or EXPLAIN (already checked); remember how it was
+        prepared when nothing but the text, the settings and the lake decided it."""
+        cache_key = self._cache_key(sql)
+        self._resolved_outside = False
         text, bound, names = self._prepare_select(sql, stmt, params)
+        origins = self._origins
         try:
-            return self._run(text, bound, names, tag)
+            result = self._run(text, bound, names, tag)
         except duckdb.Error as e:
             if not numeric.raised_by_macros(e):
                 raise
@@ -895,7 +928,12 @@ class DbSession:
             fresh = sqlparse.parse_sql(sql)[0].stmt
             assert fresh is not None
             text, bound, names = self._prepare_select(sql, fresh, params, exact_numeric=False)
-            return self._run(text, bound, names, tag)
+            origins = self._origins
+            result = self._run(text, bound, names, tag)
+        if not params and not self._resolved_outside:
+            kept = None if origins is None else tuple(origins)
+            self._prepared.put(cache_key, prepared.PreparedSelect(text, tuple(names), kept, tag))
+        return result
 
     def _prepare_select(
         self, sql: str | None, stmt: ast.Node, params: list[object], exact_numeric: bool = True
@@ -1010,14 +1048,20 @@ class DbSession:
                 c if o is None else c.from_table(o, str(d[1]))
                 for c, o, d in zip(columns, found, description, strict=True)
             ]
-        # exact avg()/division items: send their text (numeric, Postgres's scale)
-        texts = [i for i, d in enumerate(description) if str(d[1]) == pgtypes.NUMERIC_TEXT_TYPE]
+        # exact avg()/division items: send their text (numeric, Postgres's scale), computed
+        # in the query or, from the operands it returns, here
+        kinds = [str(d[1]) for d in description]
+        texts = [i for i, kind in enumerate(kinds) if kind == pgtypes.NUMERIC_TEXT_TYPE]
+        operands = [i for i, kind in enumerate(kinds) if pgtypes.is_numeric_operands(kind)]
         fields = [
-            pa.field(final_names[i], pa.string()) if i in texts else f.with_name(final_names[i])
+            pa.field(final_names[i], pa.string())
+            if i in texts or i in operands
+            else f.with_name(final_names[i])
             for i, f in enumerate(reader.schema)
         ]
         schema = pa.schema(fields, metadata=reader.schema.metadata)
-        stream = self._stream(reader, schema, bool(renames) or bool(texts), texts, redact)
+        rebuild = bool(renames) or bool(texts) or bool(operands)
+        stream = self._stream(reader, schema, rebuild, texts, operands, redact)
         return columns, stream
 
     def _stream(
@@ -1026,6 +1070,7 @@ class DbSession:
         schema: pa.Schema,
         rebuild: bool,
         texts: list[int],
+        operands: list[int],
         redact: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         try:
@@ -1046,6 +1091,8 @@ class DbSession:
                     arrays = list(batch.columns)
                     for i in texts:  # flatten() keeps the struct's NULLs
                         arrays[i] = arrays[i].flatten()[1]
+                    for i in operands:
+                        arrays[i] = _quotient_texts(arrays[i])
                     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
                 yield self._db.redactor.batch(batch) if redact else batch
         except QueryError as error:
@@ -1292,6 +1339,7 @@ class DbSession:
     def _set_config(self, name: str, value: str, is_local: bool) -> str:
         """set_config(): like SET (or SET LOCAL, which ends with the transaction block and
         outside one changes nothing); returns the value as SHOW would give it."""
+        self._resolved_outside = True
         key = name.lower()
         if is_local and self._status == "I":
             return self._checked_setting(key, value)

@@ -26,7 +26,9 @@ zeros to 20 decimals (quotients below 0.0001 are rounded at 20 decimals; 10^18 o
 with numeric field overflow). A bare select-list item of the outer query (`_text` variants)
 is Postgres's text at Postgres's scale, which varies by value (1.3333333333333333,
 2.5000000000000000, 0.000000033333333333333333), in a struct with a double that ORDER BY
-sorts by; the server sends the text as numeric without typmod, like Postgres. SELECT
+sorts by; the server sends the text as numeric without typmod, like Postgres. When no ORDER
+BY item can name it (`item_forms`), the item is `_operands` instead: the dividend and the
+divisor as they are, and the server computes the same text from each batch. SELECT
 DISTINCT and GROUP BY on a quotient use the DECIMAL form, so equal values are one.
 
 `sum(x)` anywhere becomes `sb_sum_result(x, sum(x))`, a macro whose typed overloads make the
@@ -37,6 +39,7 @@ precision becomes `sb_to_numeric(x, x)`: a decimal unchanged, an integer DECIMAL
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -84,6 +87,18 @@ def _quotient_sql(function: str, x: str, kx: str, y: str, ky: str) -> str:
     return f"{function}({', '.join(args)})"
 
 
+# A bare select-list item that ORDER BY does not sort by: the macro returns the operands as
+# they are, in a struct, and the server computes Postgres's text from each batch it sends
+# (`operand_texts`, the scales from the Arrow types). That spares the query the Python
+# UDF's fixed cost per call and DuckDB the binding of the scale expressions (Q14: 3.7 ms).
+DIVIDEND, DIVISOR = "sb_dividend", "sb_divisor"
+OPERANDS_TYPE_PREFIX = f"STRUCT({DIVIDEND} "  # as DuckDB describes the struct's type
+
+
+def _operands_sql(function: str, x: str, kx: str, y: str, ky: str) -> str:
+    return f"struct_pack({DIVIDEND} := {x}, {DIVISOR} := {y})"
+
+
 SUM_PROXY, AVG_PROXY, DIV_PROXY = "sb_sum_type", "sb_avg_type", "sb_div_type"
 NONZERO = "sb_nonzero"
 # Stand-ins with the type of sum(x), avg(x) and x / y (the exact ones with their scale) but
@@ -115,6 +130,16 @@ TO_NUMERIC_SQL = (
 QUOTIENT = "sb_quotient"
 QUOTIENT_TEXT = "sb_quotient_text"
 DIV, DIV_TEXT, AVG, AVG_TEXT = "sb_div", "sb_div_text", "sb_avg", "sb_avg_text"
+DIV_OPERANDS, AVG_OPERANDS = "sb_div_operands", "sb_avg_operands"
+# what an avg()/division item computes: DECIMAL(38, 20) inside an expression; Postgres's
+# text and a double to sort by for a bare select-list item; its operands for one that
+# ORDER BY does not sort by (the server computes the text)
+DECIMAL_FORM, TEXT_FORM, OPERANDS_FORM = "decimal", "text", "operands"
+_FORMS = {
+    DECIMAL_FORM: (DIV, AVG, QUOTIENT),
+    TEXT_FORM: (DIV_TEXT, AVG_TEXT, QUOTIENT_TEXT),
+    OPERANDS_FORM: (DIV_OPERANDS, AVG_OPERANDS, ""),
+}
 
 
 def macros_sql() -> list[str]:
@@ -125,8 +150,9 @@ def macros_sql() -> list[str]:
     out = [SUM_MACRO_SQL, TO_NUMERIC_SQL, *PROXY_MACROS_SQL]
     params = "px, py, x, y"
     divided = f"x / {NONZERO}(y, x)"
-    for div, avg, function in ((DIV, AVG, QUOTIENT), (DIV_TEXT, AVG_TEXT, QUOTIENT_TEXT)):
-        exact = _quotient_sql(function, "x", _scale_of("px"), "y", _scale_of("py"))
+    for form, (div, avg, function) in _FORMS.items():
+        build = _operands_sql if form == OPERANDS_FORM else _quotient_sql
+        exact = build(function, "x", _scale_of("px"), "y", _scale_of("py"))
         # (BIGINT, DECIMAL) and (DECIMAL, BIGINT) spelled out: DuckDB finds sum(int) /
         # sum(numeric) ambiguous between the integer and the decimal overloads otherwise
         out.append(
@@ -138,7 +164,7 @@ def macros_sql() -> list[str]:
             f"(tx INTERVAL, ty, {params}) AS x * (CAST(1 AS DOUBLE) / {NONZERO}(y, x)), "
             f"(tx, ty, {params}) AS {divided}"
         )
-        exact = _quotient_sql(function, "total", _scale_of("px"), "n", "0")
+        exact = build(function, "total", _scale_of("px"), "n", "0")
         out.append(
             f"CREATE OR REPLACE MACRO {avg}(tx DECIMAL, px, total, n, average) AS {exact}, "
             "(tx, px, total, n, average) AS average"
@@ -146,7 +172,8 @@ def macros_sql() -> list[str]:
     return out
 
 
-_MACRO_NAMES = (DIV, DIV_TEXT, AVG, AVG_TEXT, DIV_PROXY, AVG_PROXY, QUOTIENT, TO_NUMERIC, NONZERO)
+_MACRO_NAMES = (DIV, DIV_TEXT, DIV_OPERANDS, AVG, AVG_TEXT, AVG_OPERANDS, DIV_PROXY, AVG_PROXY,
+                QUOTIENT, TO_NUMERIC, NONZERO)  # fmt: skip
 
 
 def raised_by_macros(error: BaseException) -> bool:
@@ -195,6 +222,38 @@ def _quotient_text_udf(
             [order, texts], names=[ORDER_FIELD, TEXT_FIELD], mask=pc.is_null(texts)
         )
     )
+
+
+def operand_texts(operands: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Postgres's text of each quotient of an `OPERANDS_FORM` column (NULL where an
+    operand is). Raises ValueError("division by zero") for a zero divisor."""
+    array = _array(operands)
+    if len(array) == 0:
+        return pa.array([], pa.string())
+    x, y = _operand(array.field(DIVIDEND)), _operand(array.field(DIVISOR))
+    return numeric_batch.quotients(*x, *y).texts
+
+
+def _operand(values: pa.Array) -> tuple[pa.Array, pa.Array, int]:
+    """An integer or decimal operand as `numeric_batch.quotients` takes it: DECIMAL(38, 6)
+    values where its scale is at most 6 and it fits (below 10^32), else text; its scale."""
+    kind = values.type
+    scale = kind.scale if pa.types.is_decimal(kind) else 0
+    fast = pa.decimal128(38, numeric_batch.FAST_SCALE)
+    if scale <= numeric_batch.FAST_SCALE and (
+        pa.types.is_decimal(kind) or pa.types.is_integer(kind)
+    ):
+        try:
+            return pc.cast(values, fast), pa.nulls(len(values), pa.string()), scale
+        except pa.ArrowInvalid:
+            pass  # 10^32 or more: as text
+    texts = [None if v is None else _plain_text(v) for v in values.to_pylist()]
+    return pa.nulls(len(values), fast), pa.array(texts, pa.string()), scale
+
+
+def _plain_text(value: object) -> str:
+    """A Decimal or int in plain notation with all its decimals ("1E-20" is 0.000...01)."""
+    return format(value, "f") if isinstance(value, Decimal) else str(value)
 
 
 def arrow_owned(values: pa.Array) -> pa.Array:
@@ -271,20 +330,36 @@ def _mentions_quotient(node: object) -> bool:
     return any(_mentions_quotient(getattr(node, attr)) for attr in node)
 
 
-def text_items(stmt: ast.Node) -> set[int]:
-    """ids of the avg()/division nodes that are a bare select-list item of the outer query:
-    those are sent as Postgres's text. Not under SELECT DISTINCT or when GROUP BY computes
-    a quotient (the expressions must match the select list's)."""
+def item_forms(stmt: ast.Node) -> dict[int, str]:
+    """The avg()/division nodes that are a bare select-list item of the outer query, by id:
+    those are sent as Postgres's text, computed in the query (`TEXT_FORM`) when ORDER BY
+    may sort by them, else by the server (`OPERANDS_FORM`). Not under SELECT DISTINCT or
+    when GROUP BY computes a quotient (the expressions must match the select list's)."""
     if not isinstance(stmt, ast.SelectStmt) or stmt.op != 0 or stmt.distinctClause:
-        return set()
+        return {}
     if _mentions_quotient(stmt.groupClause):
-        return set()
-    found = set()
-    for target in stmt.targetList or ():
+        return {}
+    found = {}
+    for position, target in enumerate(stmt.targetList or (), start=1):
         value = target.val if isinstance(target, ast.ResTarget) else None
         if is_div(value) or is_avg(value):
-            found.add(id(value))
+            name = target.name if isinstance(target, ast.ResTarget) else None
+            sorted_by = any(_may_sort_by(s, position, name) for s in stmt.sortClause or ())
+            found[id(value)] = TEXT_FORM if sorted_by else OPERANDS_FORM
     return found
+
+
+def _may_sort_by(sort: object, position: int, name: str | None) -> bool:
+    """Whether an ORDER BY item may refer to the select-list item at `position` named
+    `name`: its number, a bare name equal to the item's, or any expression with a quotient."""
+    key = sort.node if isinstance(sort, ast.SortBy) else sort
+    if isinstance(key, ast.A_Const):
+        return isinstance(key.val, ast.Integer) and key.val.ival == position
+    if isinstance(key, ast.ColumnRef):
+        fields = [f.sval or "" for f in key.fields or () if isinstance(f, ast.String)]
+        # an item without an alias has a name of its own too (`avg`, `?column?`)
+        return len(fields) != 1 or name is None or fields[0].lower() == name.lower()
+    return _mentions_quotient(key)
 
 
 def _call(name: str, *args: ast.Node) -> ast.FuncCall:
@@ -338,9 +413,9 @@ def _call_proxy(call: ast.FuncCall) -> Any:
     name, args = _name(call), call.args or ()
     if name == SUM_MACRO:  # sb_sum_result(x, sum(x))
         return _call(SUM_PROXY, args[0])
-    if name in (AVG, AVG_TEXT):  # sb_avg(proxy x, proxy x, sum, count, avg)
+    if name in (AVG, AVG_TEXT, AVG_OPERANDS):  # sb_avg(proxy x, proxy x, sum, count, avg)
         return _call(AVG_PROXY, args[0])
-    if name in (DIV, DIV_TEXT):  # sb_div(proxy x, proxy y, proxy x, proxy y, x, y)
+    if name in (DIV, DIV_TEXT, DIV_OPERANDS):  # sb_div(proxy x, proxy y, proxy x, proxy y, x, y)
         return _call(DIV_PROXY, args[0], args[1])
     aggregate = call.over is not None or call.agg_star or call.agg_distinct or call.agg_filter
     if name in _BIGINT and (aggregate or name == "count"):
@@ -383,9 +458,9 @@ def scale_proxy(node: Any) -> Any:
         return node
     if isinstance(node, ast.FuncCall):
         name, args = _name(node), node.args or ()
-        if name in (AVG, AVG_TEXT):
+        if name in (AVG, AVG_TEXT, AVG_OPERANDS):
             return _call(AVG_PROXY, args[0])
-        if name in (DIV, DIV_TEXT):
+        if name in (DIV, DIV_TEXT, DIV_OPERANDS):
             return _call(DIV_PROXY, args[0], args[1])
     changes = {
         attr: scale_proxy(getattr(node, attr))
@@ -397,7 +472,7 @@ def scale_proxy(node: Any) -> Any:
     return type(node)(**{**{attr: getattr(node, attr) for attr in node}, **changes})
 
 
-def avg_call(call: ast.FuncCall, as_text: bool) -> ast.FuncCall | None:
+def avg_call(call: ast.FuncCall, form: str) -> ast.FuncCall | None:
     """`avg(x)` (arguments already rewritten) as the typed macro call; None if x's type
     cannot be told at bind time."""
     (arg,) = call.args or ()
@@ -407,14 +482,14 @@ def avg_call(call: ast.FuncCall, as_text: bool) -> ast.FuncCall | None:
     total, count = _aggregate(call, "sum"), _aggregate(call, "count")
     scale = _aggregate(call, "sum")
     scale.args = (scale_proxy(arg),)
-    return _call(AVG_TEXT if as_text else AVG, proxy, scale, total, count, call)
+    return _call(_FORMS[form][1], proxy, scale, total, count, call)
 
 
-def div_call(x: ast.Node, y: ast.Node, as_text: bool) -> ast.FuncCall | None:
+def div_call(x: ast.Node, y: ast.Node, form: str) -> ast.FuncCall | None:
     """`x / y` (operands already rewritten) as the typed macro call, which also checks for
     a zero divisor; None if the operands' types cannot be told at bind time."""
     px, py = type_proxy(x), type_proxy(y)
     if px is None or py is None:
         return None
     sx, sy = scale_proxy(x), scale_proxy(y)
-    return _call(DIV_TEXT if as_text else DIV, px, py, sx, sy, x, y)
+    return _call(_FORMS[form][0], px, py, sx, sy, x, y)

@@ -259,6 +259,14 @@ _SIMPLE = {
 
 # streambed.server.numeric.TEXT_RESULT_TYPE as DuckDB describes it
 NUMERIC_TEXT_TYPE = "STRUCT(sb_numeric_order DOUBLE, sb_numeric_text VARCHAR)"
+# streambed.server.numeric.OPERANDS_TYPE_PREFIX: a quotient's operands (the server computes
+# its text), STRUCT(sb_dividend <type>, sb_divisor <type>)
+NUMERIC_OPERANDS_PREFIX = "STRUCT(sb_dividend "
+
+
+def is_numeric_operands(type_name: str) -> bool:
+    return type_name.startswith(NUMERIC_OPERANDS_PREFIX) and ", sb_divisor " in type_name
+
 
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 
@@ -276,7 +284,8 @@ def pg_type_for_duckdb(type_name: str) -> PgType:
     simple = _SIMPLE.get(upper)
     if simple is not None:
         return simple
-    if text == NUMERIC_TEXT_TYPE:  # an exact avg()/division: Postgres's text, its own scale
+    if text == NUMERIC_TEXT_TYPE or is_numeric_operands(text):
+        # an exact avg()/division: Postgres's text, its own scale
         return NUMERIC
     match = _DECIMAL.match(upper)
     if match:

@@ -295,10 +295,10 @@ def _sql_syntax(node: ast.FuncCall) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, session: SessionValues, text_items: set[int]) -> None:
+    def __init__(self, session: SessionValues, item_forms: dict[int, str]) -> None:
         self.session = session
         self.wrapped_sums: set[int] = set()  # a node's children may be visited twice
-        self.text_items = text_items  # ids of avg/division nodes sent as numeric text
+        self.item_forms = item_forms  # avg/division nodes sent as numeric text, by id
         self.exact_numeric = True  # avg(), division, ::numeric as Postgres types them
         self.shifted: set[int] = set()  # vector subscripts already counted from 1
         self.set_arms: set[int] = set()  # SELECTs that are arms of a UNION/INTERSECT/EXCEPT
@@ -414,8 +414,8 @@ class _Rewriter:
                 lexpr, divisor = self.transform(node.lexpr), self.transform(node.rexpr)
                 if numeric.is_div(node) and self.exact_numeric:
                     # Postgres's numeric division where the operands are exact (`numeric`)
-                    as_text = id(node) in self.text_items
-                    call = numeric.div_call(lexpr, divisor, as_text)
+                    form = self.item_forms.get(id(node), numeric.DECIMAL_FORM)
+                    call = numeric.div_call(lexpr, divisor, form)
                     if call is not None:
                         return call
                 rexpr = _func("sb_divisor", [divisor, lexpr])
@@ -529,7 +529,8 @@ class _Rewriter:
             if value is not None:
                 setattr(node, attr, self.transform(value))
         if numeric.is_avg(node) and self.exact_numeric:
-            call = numeric.avg_call(node, as_text=id(node) in self.text_items)
+            form = self.item_forms.get(id(node), numeric.DECIMAL_FORM)
+            call = numeric.avg_call(node, form)
             return node if call is None else call
         if _is_sum(node) and id(node) not in self.wrapped_sums:
             self.wrapped_sums.add(id(node))
@@ -632,7 +633,7 @@ def rewrite(
     the rewrite resolved into a constant, such as a time-travel bound or a setting's name,
     is gone, and DuckDB refuses parameters a query does not use). `exact_numeric` False:
     avg(), division and ::numeric as DuckDB computes them (`numeric`)."""
-    rewriter = _Rewriter(session, numeric.text_items(stmt) if exact_numeric else set())
+    rewriter = _Rewriter(session, numeric.item_forms(stmt) if exact_numeric else {})
     rewriter.exact_numeric = exact_numeric
     rewritten = rewriter.transform(stmt)
     kept = _compact_params(rewritten)

@@ -246,7 +246,7 @@ def test_unresolved_numeric_macro_falls_back_to_duckdb(tmp_path: Path) -> None:
     db = LakeDatabase(DatabaseSettings(warehouse=str(tmp_path)), _NoTables())
     try:
         db._conn.execute(  # both overloads match (DECIMAL, INTEGER): ambiguous
-            "CREATE OR REPLACE MACRO sb_div_text(tx DECIMAL, ty, px, py, x, y) AS 1, "
+            "CREATE OR REPLACE MACRO sb_div_operands(tx DECIMAL, ty, px, py, x, y) AS 1, "
             "(tx, ty INTEGER, px, py, x, y) AS 2"
         )
         session = db.session()

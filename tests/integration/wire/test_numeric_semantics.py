@@ -36,6 +36,14 @@ SAME_TEXT = [
     "date_part('dow', day), date_part('epoch', seen) FROM items ORDER BY id LIMIT 30",
     "SELECT qty, sum(max(qty)) OVER (), sum(count(*)) OVER () FROM items GROUP BY qty "
     "ORDER BY qty LIMIT 5",
+    # sorted by the quotient (computed in the query) or not (computed by the server)
+    "SELECT qty, avg(price) AS a FROM items GROUP BY qty ORDER BY a DESC, qty",
+    "SELECT qty, avg(price), sum(price) / count(*) FROM items GROUP BY qty ORDER BY 2, 1",
+    "SELECT qty, avg(price) AS a, sum(price) / max(id) FROM items GROUP BY qty ORDER BY qty",
+    # NULL operands, NULL / 0, an empty input
+    "SELECT id, NULLIF(price, price) / 0, price / NULLIF(qty, qty), avg(NULLIF(qty, qty)) "
+    "OVER () FROM items ORDER BY id LIMIT 5",
+    "SELECT sum(price) / count(*), avg(price), avg(qty) FROM items WHERE false",
 ]
 SAME_VALUE = [  # a quotient inside an expression: DECIMAL(38, 20), more trailing zeros
     "SELECT qty, avg(price) * 100, round(avg(price) * 2, 1), avg(qty) + 1 FROM items "
@@ -139,3 +147,23 @@ def test_parameters_equal_postgres(
             cur = conn.execute(sql, params, prepare=prepare)
             results.append(([d.type_code for d in cur.description or ()], cur.fetchall()))
     assert results[1] == results[0]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT id, price / (qty - qty) FROM items",
+        "SELECT qty, sum(price) / (count(*) - count(*)) FROM items GROUP BY qty",
+        "SELECT id, price / (qty - qty) AS q FROM items ORDER BY q",
+    ],
+)
+def test_zero_divisor_is_22012_as_in_postgres(
+    pg_items: ThrowawayPostgres, server: QueryServer, sql: str
+) -> None:
+    states = []
+    with pg_items.connect() as expected_conn, psycopg.connect(conninfo(server)) as got_conn:
+        for conn in (expected_conn, got_conn):
+            with pytest.raises(psycopg.errors.DivisionByZero) as error:
+                conn.execute(sql).fetchall()
+            states.append(error.value.sqlstate)
+    assert states == ["22012", "22012"]

@@ -9,8 +9,9 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from pglast import ast
 
-from streambed.server import numeric, numeric_batch, numeric_math
+from streambed.server import numeric, numeric_batch, numeric_math, sqlparse
 
 
 def _quotient(x: str, y: str, max_scale: int | None = None) -> str:
@@ -147,3 +148,61 @@ def test_udf_results_live_in_memory_arrow_allocated(udf: Callable[..., pa.Array]
     out = udf(*operands)
     held = pool.bytes_allocated() - before
     assert held >= sum(b.size for b in out.buffers() if b is not None) > 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "forms"),
+    [
+        # no ORDER BY, or one that cannot name the item: the server computes the text
+        ("SELECT avg(x), a / b FROM t", ["operands", "operands"]),
+        ("SELECT g, avg(x) AS m FROM t GROUP BY g ORDER BY g, 1", ["operands"]),
+        ("SELECT a / b AS q FROM t ORDER BY t.q", ["text"]),  # conservative: qualified
+        # ORDER BY may sort by the item: computed in the query, with a double to sort by
+        ("SELECT g, avg(x) AS m FROM t GROUP BY g ORDER BY m", ["text"]),
+        ("SELECT g, avg(x) AS m FROM t GROUP BY g ORDER BY 2 DESC", ["text"]),
+        ("SELECT a / b FROM t ORDER BY a / b", ["text"]),
+        ("SELECT a / b, avg(x) FROM t GROUP BY a, b ORDER BY avg(x) + 1", ["text", "text"]),
+        # not bare items of the outer query: DECIMAL(38, 20) inside the query
+        ("SELECT avg(x) * 2 FROM t", []),
+        ("SELECT DISTINCT a / b FROM t", []),
+        ("SELECT a / b FROM t UNION SELECT 1", []),
+    ],
+)
+def test_item_forms_by_order_by(sql: str, forms: list[str]) -> None:
+    stmt = sqlparse.parse_sql(sql)[0].stmt
+    assert isinstance(stmt, ast.SelectStmt)
+    found = numeric.item_forms(stmt)
+    items = [t.val for t in stmt.targetList or () if id(t.val) in found]
+    assert [found[id(item)] for item in items] == forms
+
+
+def test_operand_texts_take_each_operand_at_its_own_type() -> None:
+    # the operands form: the query returns x and y as they are (integers, decimals of any
+    # scale, HUGEINT sums as decimal128(38, 0)); the scale comes from the Arrow type
+    x = pa.array(
+        [Decimal("1.50"), Decimal("-10.00"), None, Decimal("7.00"), Decimal("0.00")],
+        pa.decimal128(15, 2),
+    )
+    y = pa.array([3, 3, 1, None, 7], pa.int64())
+    operands = pa.StructArray.from_arrays([x, y], names=[numeric.DIVIDEND, numeric.DIVISOR])
+    texts = numeric.operand_texts(operands).to_pylist()
+    assert texts == [
+        _quotient("1.50", "3"),
+        _quotient("-10.00", "3"),
+        None,
+        None,
+        _quotient("0.00", "7"),
+    ]
+    assert texts[:2] == ["0.50000000000000000000", "-3.3333333333333333"]
+    huge = pa.array([Decimal(10**35 + 1)], pa.decimal128(38, 0))  # past DECIMAL(38, 6)
+    tiny = pa.array([Decimal("1E-20")], pa.decimal128(38, 20))  # scale above 6: as text
+    operands = pa.StructArray.from_arrays([huge, tiny], names=[numeric.DIVIDEND, numeric.DIVISOR])
+    assert numeric.operand_texts(operands).to_pylist() == [
+        _quotient(str(10**35 + 1), "0.00000000000000000001")
+    ]
+    zero = pa.StructArray.from_arrays(
+        [pa.array([1], pa.int64()), pa.array([0], pa.int64())],
+        names=[numeric.DIVIDEND, numeric.DIVISOR],
+    )
+    with pytest.raises(ValueError, match="division by zero"):
+        numeric.operand_texts(zero)
