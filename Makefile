@@ -23,8 +23,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# Two test processes (pytest-xdist): the suite mostly waits (Spark starting, timeouts), so
+# two share the 2-core machine well. A module's tests stay in one process (--dist loadfile,
+# its module fixtures start once), in the order tests/conftest.py gives: the slowest modules
+# first (--no-loadscope-reorder keeps it). The 30 slowest tests are printed at the end.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) system-deps lint typecheck
-	$(PY) -m pytest -q --durations=30 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=30 tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -m "not integration" tests

@@ -25,6 +25,34 @@ os.environ["STREAMBED_SPARK_CLASS_ARCHIVE"] = "off"
 os.environ.setdefault("STREAMBED_METRICS_LISTEN", "")
 
 
+# The modules that take a minute or more (mostly waiting: a cold Spark, a timeout running
+# out), slowest first. `make test` runs two workers (`-n 2 --dist loadfile`), each taking
+# the next module as it finishes one; a long module taken last would leave one worker
+# running alone at the end. So these go first, then the other integration modules, then the
+# many short unit modules, which fill in whichever worker is free.
+SLOW_FIRST = (
+    "integration/pipeline/test_spark_ended.py",
+    "integration/copy/test_stop_during_copy.py",
+    "integration/pipeline/test_storage_outage.py",
+    "integration/merge/test_spark_daemon.py",
+    "integration/merge/test_class_archive.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the modules for the workers (see SLOW_FIRST); a module's tests stay together
+    and in their order."""
+    tests = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.path.relative_to(tests).as_posix()
+        if path in SLOW_FIRST:
+            return 0, SLOW_FIRST.index(path)
+        return (1 if path.startswith("integration/") else 2), 0
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_class_archive() -> Iterator[None]:
     from streambed.merge import spark_session
