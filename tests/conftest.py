@@ -33,9 +33,13 @@ os.environ.setdefault("STREAMBED_METRICS_LISTEN", "")
 SLOW_FIRST = (
     "integration/pipeline/test_spark_ended.py",
     "integration/copy/test_stop_during_copy.py",
+    "integration/fidelity/test_table_names.py",
     "integration/pipeline/test_storage_outage.py",
-    "integration/merge/test_spark_daemon.py",
+    "integration/copy/test_worker_killed.py",
+    "integration/pipeline/test_storage_refused.py",
     "integration/merge/test_class_archive.py",
+    "integration/merge/test_spark_daemon.py",
+    "unit/merge/test_worker_heap.py",
 )
 
 
