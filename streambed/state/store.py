@@ -276,6 +276,14 @@ class StateStore:
                 [schema, name, _now()],
             )
 
+    def resync_requested(self, schema: str, name: str) -> bool:
+        """Whether a resync of the table is asked for and not yet taken up by a copy."""
+        with self._lock:
+            rows = self._db.query(
+                "SELECT 1 FROM resync_requests WHERE schema = ? AND name = ?", [schema, name]
+            )
+            return any(True for _ in rows)
+
     def take_resync_requests(self) -> list[tuple[str, str]]:
         """The requested tables, removed from the queue."""
         with self._lock, self._transaction():

@@ -210,8 +210,8 @@ def _wait(
             table = state.table(schema, name)
             if table is None:
                 raise StateError(f"{qualified(schema, name)} is no longer replicated")
-            if table.status != "ready":
-                copying.append(qualified(schema, name))
+            if table.status != "ready" or state.resync_requested(schema, name):
+                copying.append(qualified(schema, name))  # or about to be: a resync asked
                 continue
             covered = table.frontier_lsn if table.frontier_lsn is not None else -1
             if mark is not None and qualified(schema, name) in mark.tables:

@@ -65,6 +65,7 @@ def named(request: pytest.FixtureRequest, pg_db: PgDatabase, tmp_path: Path) -> 
     else:
         env["STREAMBED_COPY_LOCAL_BYTES"] = "0"  # copied on Spark too
         env["STREAMBED_MERGE_LOCAL_BYTES"] = "0"  # and merged on Spark
+        env["STREAMBED_WRITE_MODE"] = "copy-on-write"  # rewrites, not delete files
     served = Served(
         pg_db.url, port, env, Settings.from_env(env), StreambedProcess(env, tmp_path / "run.log")
     )

@@ -106,7 +106,8 @@ def test_a_stopped_pipeline_resumes_where_it_left_off(local_deployment: Deployme
         "DELETE FROM ints WHERE id > 900",
         "INSERT INTO pairs VALUES (1, 'a', 'b')",
     )
-    d.proc.start({"STREAMBED_MERGE_LOCAL_BYTES": "0"})  # the merge must run on Spark
+    # the merge must run on Spark: a rewrite, not a delete file
+    d.proc.start({"STREAMBED_MERGE_LOCAL_BYTES": "0", "STREAMBED_WRITE_MODE": "copy-on-write"})
     wait_lake_equals_source(d.settings, d.url, ["public.ints", "public.pairs"], d.proc)
     # Every table is ready: Spark starts when a merge needs it, after streaming has begun.
     second = d.proc.logs()[len(first) :]

@@ -104,6 +104,7 @@ def test_streaming_goes_on_after_spark_is_killed(
     d = local_deployment
     d.proc.env["TMPDIR"] = str(short_tmp)
     d.proc.env["STREAMBED_MERGE_LOCAL_BYTES"] = "0"  # every merge on Spark
+    d.proc.env["STREAMBED_WRITE_MODE"] = "copy-on-write"  # rewrites, not delete files
     execute(d.url, SCHEMA)
     execute(d.url, "INSERT INTO ints SELECT g, 'v1', g, now() FROM generate_series(1, 2000) g")
     start(d)
@@ -166,6 +167,7 @@ def test_sigterm_to_every_process_of_the_service_stops_cleanly(
     """systemd's default stop (KillMode=control-group) sends SIGTERM to the JVM too."""
     d = local_deployment
     d.proc.env["STREAMBED_MERGE_LOCAL_BYTES"] = "0"  # the merge below runs on Spark
+    d.proc.env["STREAMBED_WRITE_MODE"] = "copy-on-write"  # rewrites, not delete files
     execute(d.url, SCHEMA)
     start(d)
     execute(d.url, "INSERT INTO ints SELECT g, 'v1', g, now() FROM generate_series(1, 100) g")
