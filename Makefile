@@ -40,8 +40,8 @@ demo: $(STAMP) system-deps
 	$(PY) cmd/demo.py
 
 docs: $(STAMP)
-	$(PY) -m streambed.config > docs/configuration.md
-	$(PY) -m streambed.config --env > config/streambed.env
+	$(PY) -m streambed.core.config > docs/configuration.md
+	$(PY) -m streambed.core.config --env > config/streambed.env
 
 bench: $(STAMP) system-deps
 	$(PY) bench/cdc_throughput.py

@@ -36,9 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streambed.app import build_pipeline
-from streambed.config import Settings
-from streambed.log import setup
+from streambed.commands.run import build_pipeline
+from streambed.core.config import Settings
+from streambed.core.log import setup
 from streambed.state.store import TableState
 from tests.fixtures.postgres import ThrowawayPostgres
 
@@ -167,7 +167,7 @@ def main() -> None:
         )[0][0]
         end = pg.psql("SELECT pg_current_wal_lsn()::text")[0][0]
         limit = drain_with_pg_recvlogical(pg, url, end)
-        from streambed.merge.spark_session import get_spark, stop_spark
+        from streambed.spark.session import get_spark, stop_spark
 
         get_spark(settings.spark_master)  # warm, as in a running streambed
         stored = warehouse_bytes(Path(data_dir))

@@ -8,7 +8,7 @@ of all tables. Each round starts `streambed run` as a user would, in a new proce
 new data directory (`STREAMBED_SPARK_MASTER=local[2]`), reads its log, and notes when it
 starts Spark, when the copy of `pgbench_accounts` starts and when it commits; then it
 sends SIGINT and waits for the process to end. Just before that it reads the CPU time of
-Spark's Python worker daemons (`streambed.merge.spark_daemon` processes, `pyspark.daemon` in
+Spark's Python worker daemons (`streambed.spark.daemon` processes, `pyspark.daemon` in
 an older tree, started by the JVM, one per kind of worker) from /proc.
 
 The reference is what a user would otherwise run once: a new Python process that loads
@@ -94,7 +94,7 @@ def daemon_cpu() -> list[float]:
             parent_is_java = b"java" in parent.read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        daemon = b"pyspark.daemon" in command or b"streambed.merge.spark_daemon" in command
+        daemon = b"pyspark.daemon" in command or b"streambed.spark.daemon" in command
         if daemon and parent_is_java:
             found.append((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
     return found

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.cpu import TICKS
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.state.store import StateStore
 from tests.fixtures.postgres import ThrowawayPostgres, free_port
 

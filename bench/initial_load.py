@@ -59,14 +59,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg
 
 from bench.cpu import postmaster_pid, tree_cpu
-from streambed.config import Settings
 from streambed.copy.catalog import table_info
 from streambed.copy.client import find_psql
 from streambed.copy.here import range_threads
 from streambed.copy.job import copies_here, copy_table, lake_table
-from streambed.copy.snapshot import SnapshotAnchor
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
-from streambed.merge.spark_session import get_spark, stop_spark
+from streambed.source.snapshot import SnapshotAnchor
+from streambed.spark.session import get_spark, stop_spark
 from tests.fixtures.postgres import ThrowawayPostgres
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psycopg
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from tests.fixtures.postgres import ThrowawayPostgres
 

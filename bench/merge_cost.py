@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streambed.merge import plan_merge
-from streambed.merge.executor import SparkMerger
-from streambed.merge.spark_session import get_spark, stop_spark
+from streambed.lake.merge import plan_merge
+from streambed.spark.merger import SparkMerger
+from streambed.spark.session import get_spark, stop_spark
 
 FILE_ROWS = 1_000_000
 FIELD_ID = b"PARQUET:field_id"

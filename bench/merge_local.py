@@ -25,11 +25,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.merge_cost import SCHEMA, File
-from streambed.merge import plan_merge
-from streambed.merge.arrow_merger import ArrowMerger
-from streambed.merge.contract import Merger
-from streambed.merge.executor import SparkMerger
-from streambed.merge.spark_session import get_spark, stop_spark
+from streambed.lake.merge import plan_merge
+from streambed.lake.merge.arrow_merger import ArrowMerger
+from streambed.lake.merge.contract import Merger
+from streambed.spark.merger import SparkMerger
+from streambed.spark.session import get_spark, stop_spark
 
 FILE_ROWS = 500_000
 PAD = 48

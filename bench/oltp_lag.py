@@ -230,7 +230,7 @@ def report_log(log_path: Path, since_wall: float, until_wall: float, probe: Prob
         fields = _fields(line)
         if " streambed.pipeline flushed " in line:
             flushes.append((at, int(fields["changes"]), float(fields["seconds"])))
-        elif " streambed.sink applied " in line:
+        elif " streambed.lake.sink applied " in line:
             applied[fields["table"]].append(fields)
         elif " streambed.pipeline catching up" in line:
             catching_up += 1

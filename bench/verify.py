@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.initial_load import _raw_copy, pgbench_accounts
-from streambed.config import Settings
 from streambed.copy.client import find_psql
+from streambed.core.config import Settings
 from streambed.state.store import StateStore
 from tests.fixtures.postgres import ThrowawayPostgres
 from tests.integration.pipeline.harness import StreambedProcess, wait_until

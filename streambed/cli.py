@@ -9,8 +9,8 @@ import warnings
 from collections.abc import Sequence
 
 from streambed import __version__
-from streambed.config import Settings
-from streambed.errors import (
+from streambed.core.config import Settings
+from streambed.core.errors import (
     EXIT_FATAL,
     EXIT_INTERRUPTED,
     EXIT_MANUAL,
@@ -18,7 +18,7 @@ from streambed.errors import (
     StreambedError,
     exit_code,
 )
-from streambed.log import setup
+from streambed.core.log import setup
 
 logger = logging.getLogger("streambed")
 
@@ -155,27 +155,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     try:
         if args.command == "run":
-            from streambed.listen import METRICS, check_listen
-            from streambed.prestart import prestart
+            from streambed.commands.prestart import prestart
+            from streambed.core.listen import METRICS, check_listen
 
             if settings.query_host_port is not None:  # before a slot or Spark is started
                 check_listen(*settings.query_host_port)
             if settings.metrics_host_port is not None:
                 check_listen(*settings.metrics_host_port, METRICS)
             prestart(settings)  # a start that copies: Spark's JVM starts while the rest loads
-        import streambed.app as app  # heavy imports (pyiceberg, Spark) after config is valid
-
+        # heavy imports (pyiceberg, Spark) only after the configuration is valid
         if args.command == "run":
-            app.run(settings)
+            from streambed.commands.run import run
+
+            run(settings)
         elif args.command == "serve":
-            app.serve(settings)
+            from streambed.commands.serve import serve
+
+            serve(settings)
         elif args.command == "resync":
-            from streambed.resync import request
+            from streambed.commands.resync import request
 
             sys.stdout.write(request(settings, args.tables))
         elif args.command == "sweep":
             seconds = None if args.older_than is None else args.older_than * 3600
-            app.sweep(settings, seconds, dry_run=args.dry_run, out=sys.stdout)
+            from streambed.commands.sweep import sweep
+
+            sweep(settings, seconds, dry_run=args.dry_run, out=sys.stdout)
         elif args.command == "verify":
             from streambed.verify.run import verify
 
@@ -184,7 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if report.differs:
                 return EXIT_MANUAL
         else:
-            sys.stdout.write(app.status(settings))
+            from streambed.commands.status import status
+
+            sys.stdout.write(status(settings))
     except StreambedError as e:
         logger.error("%s", e, extra={"fields": {"kind": e.kind.value, "action": e.policy.value}})
         return exit_code(e)

@@ -14,7 +14,7 @@ LSN is at or below a table's frontier are skipped by the buffer, so nothing is a
 twice, and nothing is acknowledged before it is durable in Iceberg.
 
 Pacing. The interval trigger waits at least as long as recent flushes took
-(`streambed.flush_pacing`): flushes that cost more than the interval (a merge that rewrites
+(`streambed.buffer.pacing`): flushes that cost more than the interval (a merge that rewrites
 a table's files) would otherwise leave the loop almost no time to read, and the stream
 would fall behind. The copier's polls wait for the same interval, so they do not force the
 flushes the pacing avoids.
@@ -33,7 +33,7 @@ commits read is the measure of being behind. A source clock far behind this mach
 every commit look old; the stretched interval still bounds how long changes wait.
 
 A storage failure (`Kind.STORAGE`: the object store or the warehouse failed during a flush)
-is retried as the source's outages are (`streambed.retry`, forever): everything
+is retried as the source's outages are (`streambed.core.retry`, forever): everything
 buffered is dropped and the stream is opened again from the slot's confirmed position, as a
 restart would. Nothing past the last flush was acknowledged, so the slot sends it again;
 before streaming again `recover` lets the lake side reload its tables and the state store
@@ -54,26 +54,24 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Literal, Protocol
 
 from streambed.buffer import ChangeBuffer
-from streambed.changes import TableDelta, TableKey
-from streambed.config import Settings
-from streambed.errors import Kind, SourceError, StreambedError
-from streambed.failpoints import failpoint
-from streambed.flush_pacing import FlushPacer
-from streambed.log import log
-from streambed.lsn import format_lsn
-from streambed.names import qualified, table_selected
+from streambed.buffer.pacing import FlushPacer
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, SourceError, StreambedError
+from streambed.core.failpoints import failpoint
+from streambed.core.log import log
+from streambed.core.lsn import format_lsn
+from streambed.core.names import qualified, table_selected
+from streambed.core.retry import RetryPolicy, Work
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import Decoder
-from streambed.replication.heartbeat import HEARTBEAT_PREFIX
-from streambed.replication.stream import Batch, pg_now
-from streambed.retry import RetryPolicy, Work
-from streambed.state.store import Watermark
+from streambed.ports import Copier, Observer, Sink, Source, State, Stream
+from streambed.source.heartbeat import HEARTBEAT_PREFIX
+from streambed.source.stream import pg_now
 
 logger = logging.getLogger("streambed.pipeline")
 
@@ -86,67 +84,6 @@ CATCH_UP_LAG = 30.0
 LOOP_WAIT = 0.5
 """The longest the loop waits on the socket with nothing due: how soon it sees a stop, a
 finished copy, a heartbeat or a status update that is due."""
-
-
-class Stream(Protocol):
-    def read_batch(self, timeout: float, limit: int = 4096) -> Batch: ...
-    def ack(self, lsn: int) -> None: ...
-    def send_status(self, force: bool = False) -> object: ...
-    def close(self) -> None: ...
-
-
-class Source(Protocol):
-    """The source database: setup, catalog lookups, and the replication stream."""
-
-    def prepare(self) -> None: ...
-    def table_key(self, relation: m.Relation) -> TableKey: ...
-    def open_stream(self) -> Stream: ...
-    def beat(self, now: float) -> None: ...
-    def close(self) -> None: ...
-
-
-class Sink(Protocol):
-    """The lake: apply deltas (write + commit) and report each table's frontier. `stage`
-    writes a part of a large committed transaction without committing it (see
-    streambed.buffer), so that memory stays bounded."""
-
-    def stage(self, delta: TableDelta) -> None: ...
-    def apply(self, delta: TableDelta) -> str: ...
-    def frontier(self, schema: str, table: str) -> int | None: ...
-    def metadata_locations(self) -> Mapping[tuple[str, str], str]: ...
-
-
-class State(Protocol):
-    def set_frontier(self, schema: str, name: str, lsn: int, metadata_location: str) -> None: ...
-    def record_watermark(self, lsn: int, tables: Mapping[str, str]) -> None: ...
-    def latest_watermark(self) -> Watermark | None: ...
-    def register(
-        self, schema: str, name: str, relation_id: int, status: Literal["ready"]
-    ) -> object: ...
-
-
-class Copier(Protocol):
-    """Initial copies and re-copies (`streambed.copy.manager.CopyManager`)."""
-
-    def start(self, source: Source) -> None: ...
-    def hold(self, stream: Stream) -> Stream: ...
-    def blocked(self, schema: str, name: str) -> bool: ...
-    def relation(self, rel: m.Relation, key: TableKey) -> None: ...
-    def due(self, now: float) -> bool: ...
-    def step(self) -> bool: ...
-    def stopping(self) -> None: ...
-
-
-class Observer(Protocol):
-    """What the loop reports as it goes (`streambed.metrics.replication.ReplicationMetrics`)."""
-
-    def commit_read(self, commit_ts: int, *, buffered: bool) -> None: ...
-    def idle(self) -> None: ...
-    def dropped(self) -> None: ...
-    def flushed(
-        self, seconds: float, changes: Mapping[tuple[str, str], Mapping[str, int]]
-    ) -> None: ...
-    def streaming(self, reason: str | None) -> None: ...
 
 
 BLOCKED = (1 << 64) - 1  # the frontier of a table being copied: all its changes are dropped
@@ -170,7 +107,7 @@ class Pipeline:
     stats: FlushStats = field(default_factory=FlushStats)
     copier: Copier | None = None
     recover: Callable[[], None] | None = None
-    """After a storage failure, before streaming again (`streambed.app`: the sink forgets
+    """After a storage failure, before streaming again (`streambed.commands.run`: the sink forgets
     its cached tables and the state store is reconciled with Iceberg)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     observer: Observer | None = None

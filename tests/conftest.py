@@ -59,7 +59,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_class_archive() -> Iterator[None]:
-    from streambed.merge import spark_session
+    from streambed.spark import session as spark_session
 
     patch = pytest.MonkeyPatch()
     patch.setattr(spark_session, "_class_archive", lambda *_: None)

@@ -38,11 +38,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+from streambed.buffer.changes import TableDelta, TableKey
 from streambed.buffer.staging import SPILL_SUFFIX, StreamStaging
 from streambed.buffer.table import Op, TableBuffer, make_table, qualified, row_bytes
-from streambed.changes import TableDelta, TableKey
-from streambed.errors import Kind, SchemaError, StreambedError
-from streambed.lsn import format_lsn
+from streambed.core.errors import Kind, SchemaError, StreambedError
+from streambed.core.lsn import format_lsn
 from streambed.pgoutput.messages import Delete, Insert, Relation, Truncate, TupleData, Update
 
 Frontier = Callable[[str, str], int | None]

@@ -19,8 +19,8 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Final
 
-from streambed.changes import TableDelta, TableKey
-from streambed.errors import Kind, SchemaError, StreambedError
+from streambed.buffer.changes import TableDelta, TableKey
+from streambed.core.errors import Kind, SchemaError, StreambedError
 from streambed.pgoutput.messages import (
     UNCHANGED,
     Binary,

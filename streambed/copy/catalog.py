@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
-from streambed.changes import TableKey, lake_key
-from streambed.errors import Kind, SourceError
+from streambed.buffer.changes import TableKey, lake_key
+from streambed.core.errors import Kind, SourceError
 from streambed.lake.declared import SourceFacts, read_facts
 from streambed.pgoutput.messages import KEY_FLAG, Relation, RelationColumn
-from streambed.replication import setup
+from streambed.source import setup
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ TOAST_BYTES = """greatest(coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)),
 
 def row_security_message(qualified: str, role: str = "<role>") -> str:
     """Why a table whose row-level security applies to the role is not copied, and what to
-    do (`streambed.copy.session` turns row security off in the copy's sessions)."""
+    do (`streambed.source.copy_session` turns row security off in the copy's sessions)."""
     return (
         f"cannot copy {qualified}: row-level security is on for it and applies to the role "
         f"{role}, so a copy would hold only the rows its policies let {role} see, while the "

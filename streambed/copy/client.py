@@ -11,7 +11,7 @@ Two clients, same bytes:
   into chunks of `batch_bytes`.
 
 Both run `BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT ...`
-first, with the replication session's output settings (`streambed.copy.session`).
+first, with the replication session's output settings (`streambed.source.copy_session`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 from psycopg import sql
 
-from streambed.copy.session import copy_connect, copy_params, secret_file
+from streambed.source.copy_session import copy_connect, copy_params, secret_file
 
 PSQL_ENV = "STREAMBED_PSQL"
 

@@ -52,7 +52,6 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from streambed.copy.client import CopyClientError
-from streambed.copy.session import CONNECT_FAILED, copy_params, secret_file
 from streambed.lake.types import (
     BOOL,
     BPCHAR,
@@ -75,6 +74,7 @@ from streambed.lake.types import (
     column_type,
 )
 from streambed.pgoutput.messages import RelationColumn
+from streambed.source.copy_session import CONNECT_FAILED, copy_params, secret_file
 
 if TYPE_CHECKING:
     import duckdb
@@ -182,7 +182,7 @@ def restore(
 
 def _refuse(texts: pa.Array, column: RelationColumn, where: str) -> None:
     """Raise the stream's error for values its converter cannot store."""
-    from streambed.errors import SchemaError
+    from streambed.core.errors import SchemaError
     from streambed.lake.convert import convert_column
 
     convert_column(texts.cast(pa.binary()).to_pylist(), column_type(column), where=where)
@@ -346,7 +346,7 @@ def stream_range(
     connection that fails before the range's query (the server ended it while it was idle)
     is replaced by a new one, once; any other failure detaches it and is raised: once the
     query runs, a failure is the range's (a backend terminated while it reads is the copy
-    manager's to handle, `streambed.copy.snapshot.CopyInterrupted`)."""
+    manager's to handle, `streambed.source.snapshot.CopyInterrupted`)."""
     import duckdb
 
     for _ in range(2):
@@ -527,7 +527,7 @@ def _message(error: BaseException) -> str:
     if connect is not None:
         # libpq's words on a connection it could not open are kept whole: they say that the
         # source could not be reached (and the server's FATAL after them why), which
-        # `streambed.copy.snapshot.connect_failed` looks for.
+        # `streambed.source.snapshot.connect_failed` looks for.
         return text[connect.start() :].strip()
     for mark in ("ERROR: ", "FATAL: "):
         if mark in text:

@@ -28,7 +28,7 @@ from typing import Final
 from streambed.copy.catalog import TableInfo
 from streambed.copy.ranges import BlockRange, block_ranges
 from streambed.copy.task import RangeStopped, Written, copy_range
-from streambed.merge.pyarrow_source import filesystem
+from streambed.spark.data_source import filesystem
 
 RANGE_THREADS_MAX: Final = 4
 """At most this many ranges are read at once in this process, however many cores it has:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streambed.copy.streamed import Name
-from streambed.errors import StreambedError
+from streambed.core.errors import StreambedError
 
 
 @dataclass(frozen=True)

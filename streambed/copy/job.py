@@ -32,25 +32,25 @@ from streambed.copy.catalog import TableInfo, row_security_message
 from streambed.copy.here import copy_here, here_ranges, local_cores, range_threads
 from streambed.copy.orphans import remove_orphans
 from streambed.copy.ranges import BlockRange, block_ranges
-from streambed.copy.snapshot import (
-    CopyInterrupted,
-    SnapshotExpired,
-    connect_failed,
-    connection_lost,
-    snapshot_expired,
-)
 from streambed.copy.task import ERROR_MARK, SCHEMA_MARK, Written, copy_partition
-from streambed.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
-from streambed.failpoints import failpoint, reached
+from streambed.core.errors import ConfigError, Kind, SchemaError, SourceError, StreambedError
+from streambed.core.failpoints import failpoint, reached
+from streambed.core.log import log
 from streambed.lake.commit import truncate_commit
 from streambed.lake.declared import record_facts
 from streambed.lake.evolve import PROP_ATTNUMS
 from streambed.lake.files import Footer, current_data_files
 from streambed.lake.storage import refused_error
 from streambed.lake.tables import arrow_schema, ensure_table
-from streambed.log import log
-from streambed.merge.pyarrow_source import encode_schema, filesystem, join_uri
-from streambed.replication.connection import classify
+from streambed.source.connection import classify
+from streambed.source.snapshot import (
+    CopyInterrupted,
+    SnapshotExpired,
+    connect_failed,
+    connection_lost,
+    snapshot_expired,
+)
+from streambed.spark.data_source import encode_schema, filesystem, join_uri
 
 if TYPE_CHECKING:
     from pyspark import StatusTracker

@@ -9,7 +9,7 @@ The rules the pipeline follows through this class:
 - A table that is not `ready` is *blocked*: its frontier reads as `BLOCKED`, so the buffer
   drops its changes. They are not lost: each copy has a *hold*, the acknowledged position
   when the table became blocked, and the stream is never acknowledged past the lowest hold.
-- A copy commits the table at `seam - 1` (see `streambed.copy.snapshot`) and the table
+- A copy commits the table at `seam - 1` (see `streambed.source.snapshot`) and the table
   becomes `ready`. The loop then restarts the stream: the slot re-sends everything after
   the hold; changes at or below the seam are skipped by the frontier, those above it are
   applied, and tables that were already current skip what they already hold.
@@ -20,13 +20,13 @@ The rules the pipeline follows through this class:
   as below.
 - A copy that fails because the source is unreachable (restarting, down, the network:
   `Kind.SOURCE_UNREACHABLE`) keeps its hold and is copied again under a new snapshot after
-  a backoff (`streambed.retry`), for as long as the process runs.
+  a backoff (`streambed.core.retry`), for as long as the process runs.
   Snapshots lost before the source was found unreachable do not count towards
   `SNAPSHOT_ATTEMPTS`.
 - A copy that fails in Spark or in storage (`Kind.STORAGE`: a Python worker killed, an
   object store error) leaves the table `pending` and blocked, releases its hold, and is
   copied again under a new snapshot after a backoff (up to ten minutes:
-  `streambed.retry`), as `streambed resync` would, for as long as the process runs.
+  `streambed.core.retry`), as `streambed resync` would, for as long as the process runs.
 - A copy the object store refuses (`Kind.STORAGE_AUTH`: credentials revoked or rotated, the
   key no longer allowed to write) stops the process at the next `step`, as a flush refused
   the same way does: retrying cannot fix it. The table stays `pending`.
@@ -66,8 +66,7 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 from pyiceberg.catalog import Catalog
 
-from streambed.changes import TableKey
-from streambed.config import Settings
+from streambed.buffer.changes import TableKey
 from streambed.copy.catalog import TableGone, TableInfo, table_info
 from streambed.copy.duck import detach_all
 from streambed.copy.here import range_threads
@@ -82,19 +81,20 @@ from streambed.copy.job import (
 )
 from streambed.copy.progress import ProgressBoard
 from streambed.copy.retries import CopyRetries
-from streambed.copy.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
 from streambed.copy.streamed import Name, StreamedTables
-from streambed.errors import Kind, SourceError, StorageError, StreambedError, raised_by_spark
-from streambed.failpoints import reached
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, SourceError, StorageError, StreambedError, raised_by_spark
+from streambed.core.failpoints import reached
+from streambed.core.log import log
+from streambed.core.lsn import format_lsn
+from streambed.core.names import qualified
+from streambed.core.retry import RetryPolicy
 from streambed.lake.storage import storage_error
 from streambed.lake.types import with_base_types
-from streambed.log import log
-from streambed.lsn import format_lsn
-from streambed.names import qualified
 from streambed.pgoutput.messages import Relation
-from streambed.replication import setup
-from streambed.replication.connection import sql_connect
-from streambed.retry import RetryPolicy
+from streambed.source import setup
+from streambed.source.connection import sql_connect
+from streambed.source.snapshot import CopyInterrupted, SnapshotAnchor, SnapshotExpired
 from streambed.state.store import StateStore, TableState
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow.fs as pafs
 
-from streambed.log import log
-from streambed.merge.pyarrow_source import filesystem
+from streambed.core.log import log
+from streambed.spark.data_source import filesystem
 
 logger = logging.getLogger("streambed.copy")
 

@@ -15,7 +15,7 @@ reported with the files: a small copy may start and end between two polls). The 
 divides the rows left, estimated from `pg_class.reltuples`, by that rate.
 
 On a terminal (stderr is a tty of a known size) the lines are redrawn in place every second,
-at the foot of the terminal, under the log lines (`streambed.log.LiveRegion`); otherwise one
+at the foot of the terminal, under the log lines (`streambed.core.log.LiveRegion`); otherwise one
 log line per table every `log_interval` seconds.
 
 `on_progress` (optional; the metrics) hears each table's count at every poll and when its copy
@@ -35,8 +35,8 @@ from typing import Any, TextIO
 
 import psycopg
 
-from streambed.copy.session import copy_connect
-from streambed.log import LiveRegion, log, terminal
+from streambed.core.log import LiveRegion, log, terminal
+from streambed.source.copy_session import copy_connect
 
 logger = logging.getLogger("streambed.copy")
 

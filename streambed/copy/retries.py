@@ -1,4 +1,4 @@
-"""When failed copies run again (the waits themselves come from `streambed.retry`).
+"""When failed copies run again (the waits themselves come from `streambed.core.retry`).
 
 - A copy that found the source unreachable waits, with every other such copy, for one
   backoff that grows while the source stays away and starts over once a copy commits.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 
 from streambed.copy.streamed import Name
-from streambed.errors import Kind
-from streambed.retry import RetryPolicy, Work
+from streambed.core.errors import Kind
+from streambed.core.retry import RetryPolicy, Work
 
 
 class CopyRetries:

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from streambed.config import Settings
-from streambed.errors import StreambedError
-from streambed.log import log
-from streambed.replication import setup
-from streambed.replication.connection import sql_connect
+from streambed.core.config import Settings
+from streambed.core.errors import StreambedError
+from streambed.core.log import log
+from streambed.source import setup
+from streambed.source.connection import sql_connect
 from streambed.state.store import StateStore
 
 logger = logging.getLogger("streambed.copy")

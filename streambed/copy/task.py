@@ -53,8 +53,9 @@ from streambed.copy.duck import (
     stream_range,
 )
 from streambed.copy.ranges import BlockRange, copy_statement, file_rows, range_filter
-from streambed.errors import ConfigError, SchemaError
+from streambed.core.errors import ConfigError, SchemaError
 from streambed.lake.convert import convert_column
+from streambed.lake.merge.contract import conform
 from streambed.lake.output import (
     MAX_ROWS_PER_FILE,
     ROW_GROUP_BYTES,
@@ -62,10 +63,9 @@ from streambed.lake.output import (
     TaskOutput,
 )
 from streambed.lake.types import column_type
-from streambed.merge.contract import conform
-from streambed.merge.pyarrow_source import decode_schema, filesystem
-from streambed.merge.worker_heap import settle
 from streambed.pgoutput.messages import RelationColumn
+from streambed.spark.data_source import decode_schema, filesystem
+from streambed.spark.worker_heap import settle
 
 logger = logging.getLogger("streambed.copy")
 

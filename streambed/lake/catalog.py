@@ -15,8 +15,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
-from streambed.config import Settings
-from streambed.errors import ConfigError, StorageError
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError, StorageError
 from streambed.lake.storage import ensure_warehouse, fileio_properties
 
 logger = logging.getLogger(__name__)

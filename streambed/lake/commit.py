@@ -39,7 +39,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import DateType, TimestampType, TimestamptzType, TimeType
 
-from streambed.errors import Kind, StateError, StorageError, StreambedError
+from streambed.core.errors import Kind, StateError, StorageError, StreambedError
 from streambed.lake.delete_manifest import delta_overwrite
 from streambed.lake.deletes import LiveFiles, current_files, orphaned, referenced
 from streambed.lake.files import Footer

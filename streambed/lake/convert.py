@@ -26,8 +26,8 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streambed.changes import TableKey
-from streambed.errors import Kind, SchemaError, StreambedError
+from streambed.buffer.changes import TableKey
+from streambed.core.errors import Kind, SchemaError, StreambedError
 from streambed.lake.types import ColumnType, column_type
 from streambed.pgoutput.messages import UNCHANGED, Binary, Relation, TupleValue
 

@@ -3,7 +3,7 @@
 A position-delete file is Parquet with two columns, `file_path` (field id 2147483546) and
 `pos` (field id 2147483545): each row hides the row at `pos` (0-based) of the data file at
 `file_path`. streambed writes one delete file per data file and flush (merge-on-read,
-`streambed.merge.write_mode`), sorted by position, and records the data file's path as both
+`streambed.lake.merge.write_mode`), sorted by position, and records the data file's path as both
 lower and upper bound of `file_path`, so a reader (and `referenced`) knows from the
 manifest alone which data file it applies to. Delete files written by another engine may
 cover several data files; their positions are read and filtered by path.
@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 
-from streambed.errors import Kind, StorageError, StreambedError
+from streambed.core.errors import Kind, StorageError, StreambedError
 from streambed.lake.storage import resolve
 
 FILE_PATH_ID: Final = 2147483546

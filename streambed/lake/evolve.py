@@ -40,18 +40,18 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
-from streambed.changes import TableKey
-from streambed.errors import SchemaError
+from streambed.buffer.changes import TableKey
+from streambed.core.errors import SchemaError
 from streambed.lake.commit import SUMMARY_LSN, data_file, frontier
 from streambed.lake.delete_manifest import delta_overwrite
 from streambed.lake.deletes import current_files, deletes_by_data_file, pending_positions
 from streambed.lake.files import write_parquet
+from streambed.lake.merge.contract import without_positions
 from streambed.lake.source_catalog import SourceColumn
 from streambed.lake.storage import resolve
 from streambed.lake.tables import PROP_KEY, arrow_schema_of_schema, key_columns
 from streambed.lake.transaction import transaction
 from streambed.lake.types import column_type
-from streambed.merge.contract import without_positions
 from streambed.pgoutput.messages import Relation
 
 logger = logging.getLogger("streambed.lake")

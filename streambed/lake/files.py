@@ -27,7 +27,7 @@ from pyiceberg.types import (
     TimeType,
 )
 
-from streambed.errors import Kind, StorageError, StreambedError
+from streambed.core.errors import Kind, StorageError, StreambedError
 from streambed.lake.storage import resolve
 from streambed.lake.tables import arrow_schema, key_columns
 

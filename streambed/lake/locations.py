@@ -33,12 +33,12 @@ import os
 import unicodedata
 from collections.abc import Callable, Iterable
 
-from streambed.errors import ConfigError
+from streambed.core.config import CUT
+from streambed.core.errors import ConfigError
 from streambed.storage.uris import split_uri
 
 SAFE = frozenset("_-.")
 ESCAPE = "~"
-CUT = ("#", "?")  # where pyiceberg's urlparse ends a location's path
 APART = "~~"  # what `separate` adds: `segment` always writes two hex digits after `~`
 
 

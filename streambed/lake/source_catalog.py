@@ -183,7 +183,7 @@ class PostgresCatalog:
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         import psycopg
 
-        from streambed.errors import Kind, SourceError
+        from streambed.core.errors import Kind, SourceError
 
         for attempt in (1, 2):
             try:

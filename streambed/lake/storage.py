@@ -14,8 +14,8 @@ from typing import Final
 
 import pyarrow.fs as pafs
 
-from streambed.config import Settings
-from streambed.errors import Kind, StorageError
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, StorageError
 from streambed.storage import s3
 from streambed.storage.uris import split_uri
 

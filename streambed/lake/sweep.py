@@ -61,17 +61,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from streambed.errors import StorageError
+from streambed.core.errors import StorageError
+from streambed.core.log import log
+from streambed.core.names import qualified as watermark_key
 from streambed.lake.sweep_metadata import is_metadata_file, metadata_references
-from streambed.log import log
-from streambed.names import qualified as watermark_key
 from streambed.storage.uris import split_uri
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from streambed.config import Settings
+    from streambed.core.config import Settings
 
 logger = logging.getLogger("streambed.sweep")
 
@@ -190,7 +190,7 @@ def list_files(
     directory: str, options: Mapping[str, str]
 ) -> tuple[pafs.FileSystem, str, list[Listed]]:
     """The filesystem, its path for `directory`, and every file under it."""
-    from streambed.merge.pyarrow_source import filesystem
+    from streambed.spark.data_source import filesystem
 
     fs, base = filesystem(directory, options)
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
@@ -304,7 +304,7 @@ def sweep(
     from pyiceberg.exceptions import NoSuchTableError
 
     from streambed.lake.catalog import open_catalog
-    from streambed.merge.pyarrow_source import fs_options
+    from streambed.spark.data_source import fs_options
     from streambed.state.store import StateStore
 
     if older_than is None:

@@ -34,8 +34,8 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, FloatType, NestedField
 
-from streambed.changes import TableKey
-from streambed.errors import SchemaError
+from streambed.buffer.changes import TableKey
+from streambed.core.errors import SchemaError
 from streambed.lake.locations import check_addressable, folded, separate, table_location
 from streambed.lake.types import column_type
 from streambed.pgoutput.messages import Relation

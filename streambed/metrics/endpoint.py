@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from streambed.listen import METRICS, listen
-from streambed.log import log
+from streambed.core.listen import METRICS, listen
+from streambed.core.log import log
 from streambed.metrics.children import ChildMetrics
 from streambed.metrics.health import QueryProcess, Readiness, Supervised
 from streambed.metrics.http import MetricsServer, logger

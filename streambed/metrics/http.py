@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from streambed.log import log
+from streambed.core.log import log
 from streambed.metrics.health import Readiness
 
 logger = logging.getLogger("streambed.metrics")
@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer:
-    """Serves `registry` and `readiness` on `listener` (bound by `streambed.listen.listen`)
+    """Serves `registry` and `readiness` on `listener` (bound by `streambed.core.listen.listen`)
     until `stop()`, which also closes it."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """The replication process's metrics: what the pipeline, the lake, the slot watch and the
 copies report, kept in one Prometheus registry (docs/metrics.md lists each).
 
-`ReplicationMetrics` is handed to those components when they are built (`streambed.app`);
+`ReplicationMetrics` is handed to those components when they are built (`streambed.commands.run`);
 each calls the methods of its own part. They run on the replication loop's thread and on
 the slot watch's and copy progress's threads, and never wait on the HTTP endpoint: the
 client library's metric objects take a lock of their own for an instant, and a scrape reads
@@ -16,11 +16,11 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from streambed.core.names import split_qualified
+from streambed.lake.sink import TableStats
 from streambed.metrics.lag import LagClock
-from streambed.names import split_qualified
-from streambed.replication.setup import SlotHealth
-from streambed.replication.stream import pg_now
-from streambed.sink import TableStats
+from streambed.source.setup import SlotHealth
+from streambed.source.stream import pg_now
 
 DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 """Seconds: flushes and merges take from milliseconds (an append) to minutes (Spark)."""
@@ -160,7 +160,7 @@ class ReplicationMetrics:
         """None: the stream is open; else why it is not."""
         self.not_streaming = reason
 
-    # ---- the lake (`streambed.sink.LakeObserver`) -------------------------------------------
+    # ---- the lake (`streambed.lake.sink.LakeObserver`) -------------------------------------------
 
     def table(self, stats: TableStats) -> None:
         labels = (stats.schema, stats.name)

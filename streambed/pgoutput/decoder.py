@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from itertools import repeat
 
-from streambed.errors import DecodeError
+from streambed.core.errors import DecodeError
 from streambed.pgoutput.messages import (
     UNCHANGED,
     Begin,

@@ -35,7 +35,7 @@ import pglast
 import pyarrow as pa
 from pglast import ast, enums
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.declared import SourceFacts, facts_of
 from streambed.server import (
     catalog,

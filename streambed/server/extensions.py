@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from streambed.errors import ConfigError
+from streambed.core.errors import ConfigError
 
 EXTENSIONS = ("avro", "httpfs", "iceberg")
 

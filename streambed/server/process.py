@@ -35,9 +35,9 @@ import threading
 from pathlib import Path
 from typing import IO, Any, Final
 
-from streambed.config import Settings
-from streambed.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, ConfigError
-from streambed.log import setup
+from streambed.core.config import Settings
+from streambed.core.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, ConfigError
+from streambed.core.log import setup
 from streambed.metrics import children
 from streambed.metrics.query import QueryMetrics
 from streambed.server.database import DatabaseSettings, LakeDatabase, ServedWatermark
@@ -59,7 +59,7 @@ class StateSnapshots:
         self.state = state
 
     def latest(self) -> ServedWatermark | None:
-        from streambed.names import split_qualified
+        from streambed.core.names import split_qualified
 
         mark = self.state.latest_watermark()
         if mark is None:

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Final, Protocol
 
-from streambed.log import log
+from streambed.core.log import log
 
 logger = logging.getLogger("streambed.server")
 

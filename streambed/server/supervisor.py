@@ -2,7 +2,7 @@
 
 A query that crashes DuckDB (a segfault, an abort, memory exhausted) then ends that process
 and its sessions only: replication goes on in the parent. The parent binds the query port
-once (`streambed.listen`: a bad or busy address stops the start with a configuration
+once (`streambed.core.listen`: a bad or busy address stops the start with a configuration
 error) and hands the listening socket to each child it starts (`streambed.server.process`),
 so clients that connect while a child is being replaced wait in the socket's backlog and
 are served by the next one.
@@ -44,10 +44,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Final
 
-from streambed.config import Settings
-from streambed.errors import ConfigError
-from streambed.listen import listen
-from streambed.log import LiveRegion, log, terminal
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError
+from streambed.core.listen import listen
+from streambed.core.log import LiveRegion, log, terminal
 from streambed.metrics import children
 from streambed.metrics.children import ChildMetrics
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streambed.errors import ConfigError
-from streambed.lsn import parse_lsn
-from streambed.names import name_parts
+from streambed.core.errors import ConfigError
+from streambed.core.lsn import parse_lsn
+from streambed.core.names import name_parts
 
 FUNCTIONS = frozenset({"at_snapshot", "at_time", "at_lsn"})
 SCHEMA = "streambed"
@@ -133,7 +133,7 @@ def resolve_snapshot(function: str, table: str, snapshots: list[SnapshotInfo], v
             if not with_lsn:
                 raise TimeTravelError(f"table {table} has no snapshot recording a source LSN")
             oldest = min(s.lsn for s in with_lsn if s.lsn is not None)
-            from streambed.lsn import format_lsn
+            from streambed.core.lsn import format_lsn
 
             raise TimeTravelError(
                 f"table {table} has no snapshot at or before LSN {value}; "
@@ -145,7 +145,7 @@ def resolve_snapshot(function: str, table: str, snapshots: list[SnapshotInfo], v
 
 def split_table_name(name: str) -> tuple[str, str]:
     """(schema, table) of a time travel function's first argument: `table` (in public) or
-    `schema.table`, as `streambed.names` reads them. Raises TimeTravelError otherwise."""
+    `schema.table`, as `streambed.core.names` reads them. Raises TimeTravelError otherwise."""
     parts = name_parts(name)
     if parts is None or len(parts) > 2:
         raise TimeTravelError(

@@ -4,7 +4,7 @@ Tables:
 - `tables`: one row per replicated table: relation id, copy status, frontier LSN (what is
   durable in the lake for it) and the Iceberg metadata location at that frontier.
 - `watermarks`: the consistent points (one per flush): LSN, time, and every table's
-  metadata location at it, keyed by `streambed.names.qualified` (`public.orders`;
+  metadata location at it, keyed by `streambed.core.names.qualified` (`public.orders`;
   `a."b.c"` for a name with a dot); the last `WATERMARK_HISTORY` are kept.
 - `meta`: small key/value settings (schema version, slot, ...).
 - `copies`: the copy in progress of each table in status `copying` (run id, output
@@ -35,8 +35,8 @@ from typing import Any, Final, Literal, cast, get_args
 
 from sqlite_utils import Database
 
-from streambed.errors import StateError
-from streambed.lsn import format_lsn
+from streambed.core.errors import StateError
+from streambed.core.lsn import format_lsn
 
 BUSY_TIMEOUT: Final = 30.0
 """Seconds a write waits for another process's write to end."""
@@ -256,7 +256,7 @@ class StateStore:
 
     def memberships(self) -> dict[tuple[str, str], frozenset[str]]:
         """Each table's publication membership as last seen
-        (`streambed.replication.setup.Membership`)."""
+        (`streambed.source.setup.Membership`)."""
         with self._lock:
             rows = list(self._db.query("SELECT schema, name, rows FROM memberships"))
         return {(r["schema"], r["name"]): frozenset(json.loads(r["rows"])) for r in rows}

@@ -2,7 +2,7 @@
 
 `S3Access` holds the endpoint, region and credentials, read once from the settings
 (`from_settings`); every client's form is derived from it here: pyiceberg's FileIO
-properties, the options of the Spark data source (`streambed.merge.pyarrow_source`, whose
+properties, the options of the Spark data source (`streambed.spark.data_source`, whose
 key names Spark redacts from plans and logs), DuckDB's secret, a boto3 client, and a
 pyarrow S3FileSystem. The endpoint is parsed in one place (`endpoint_parts`): without a
 scheme it is https. Path-style addressing is what pyarrow, pyiceberg and DuckDB are given
@@ -23,7 +23,7 @@ from streambed.storage.uris import split_uri
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-    from streambed.config import Settings
+    from streambed.core.config import Settings
 
 DEFAULT_REGION: Final = "us-east-1"
 
@@ -106,7 +106,7 @@ class S3Access:
         return cls.from_options(properties, FILEIO)
 
     def source_options(self) -> dict[str, str]:
-        """The Spark data source's options (`streambed.merge.pyarrow_source`)."""
+        """The Spark data source's options (`streambed.spark.data_source`)."""
         return self.options(SOURCE)
 
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streambed.errors import StorageError
+from streambed.core.errors import StorageError
 
 
 def split_uri(uri: str) -> tuple[str, str]:

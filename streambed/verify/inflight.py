@@ -20,12 +20,12 @@ from typing import Any
 
 import psycopg
 
-from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import Kind, SourceError
+from streambed.core.errors import Kind, SourceError
 from streambed.pgoutput import messages as m
 from streambed.pgoutput.decoder import decode
-from streambed.replication.connection import ReplicationConnection, sql_connect
-from streambed.replication.stream import ReplicationStream, XLogData
+from streambed.source.connection import ReplicationConnection, sql_connect
+from streambed.source.snapshot import SnapshotAnchor
+from streambed.source.stream import ReplicationStream, XLogData
 
 Name = tuple[str, str]
 PREFIX = "streambed_verify"
@@ -70,7 +70,7 @@ class Cut:
             )
             seam = (res.get_value(0, 1) or b"").decode()
             exported = (res.get_value(0, 2) or b"").decode()
-            from streambed.lsn import parse_lsn
+            from streambed.core.lsn import parse_lsn
 
             anchor = SnapshotAnchor.adopt(url, exported, parse_lsn(seam))
             try:

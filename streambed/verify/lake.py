@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.commit import SUMMARY_LSN
 from streambed.lake.tables import PROP_KEY
 from streambed.server.extensions import load_extensions

@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
 
-from streambed.config import Settings
-from streambed.errors import ConfigError, StateError
-from streambed.log import log
-from streambed.lsn import format_lsn, parse_lsn
-from streambed.names import name_parts, qualified
-from streambed.replication.connection import sql_connect
-from streambed.replication.heartbeat import Heartbeat
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError, StateError
+from streambed.core.log import log
+from streambed.core.lsn import format_lsn, parse_lsn
+from streambed.core.names import name_parts, qualified
+from streambed.source.connection import sql_connect
+from streambed.source.heartbeat import Heartbeat
 from streambed.state.store import StateStore
 from streambed.verify import hashing, lake
 from streambed.verify.hashing import Bucket, Difference, Row, Summary

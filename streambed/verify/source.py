@@ -18,9 +18,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from streambed.copy.session import copy_connect
-from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import Kind, SourceError
+from streambed.core.errors import Kind, SourceError
+from streambed.source.copy_session import copy_connect
+from streambed.source.snapshot import SnapshotAnchor
 from streambed.verify import hashing
 from streambed.verify.hashing import Bucket, Row, Summary
 

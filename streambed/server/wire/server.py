@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from streambed.errors import ConfigError
-from streambed.listen import listen
+from streambed.core.errors import ConfigError
+from streambed.core.listen import listen
 from streambed.server.wire import messages
 from streambed.server.wire.auth import UsersFileError, UserStore
 from streambed.server.wire.connection import AuthTimeout, ClientGone, Connection, refuse_at_once
@@ -47,7 +47,7 @@ from streambed.server.wire.slots import Slots, Ticket
 from streambed.server.wire.tls import REFUSED_PLAINTEXT, TlsMode, server_context
 
 if TYPE_CHECKING:
-    from streambed.config import Settings
+    from streambed.core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class QueryServer:
     """The Postgres-wire query server. `start()` listens and returns; `stop()` ends every
     connection and thread it started.
 
-    `listener`: a socket already bound and listening (`streambed.listen.listen`), used
+    `listener`: a socket already bound and listening (`streambed.core.listen.listen`), used
     instead of binding `options.host:options.port`; `streambed run` binds it once and hands
     it to each query process it starts (`streambed.server.supervisor`). `stop()` closes it."""
 

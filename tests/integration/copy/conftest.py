@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.pipeline.conftest import Deployment, deployment

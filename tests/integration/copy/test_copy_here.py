@@ -12,16 +12,16 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.config import Settings
 from streambed.copy import here, job
 from streambed.copy.catalog import table_info
 from streambed.copy.duck import detach_all
 from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
-from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import Kind, SchemaError, SourceError, StreambedError
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, SchemaError, SourceError, StreambedError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import frontier
-from streambed.merge.pyarrow_source import filesystem, fs_options
+from streambed.source.snapshot import SnapshotAnchor
+from streambed.spark.data_source import filesystem, fs_options
 from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
 
 LIMIT = 8 * 1024 * 1024

@@ -18,16 +18,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.config import Settings
 from streambed.copy.catalog import TableInfo, table_info
 from streambed.copy.duck import WIDE_ROW_BYTES, OutOfMemory, stream_range
 from streambed.copy.job import CopyResult, copy_table, lake_table, output_dir
-from streambed.copy.snapshot import SnapshotAnchor
-from streambed.errors import SchemaError, SourceError
+from streambed.core.config import Settings
+from streambed.core.errors import SchemaError, SourceError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import frontier
 from streambed.lake.evolve import PROP_ATTNUMS
-from streambed.merge.pyarrow_source import filesystem, fs_options
+from streambed.source.snapshot import SnapshotAnchor
+from streambed.spark.data_source import filesystem, fs_options
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.spark import PANDAS_WARNING
 

@@ -1,5 +1,5 @@
 """The sessions a copy reads in, on a real Postgres: the replication session's output
-settings, and no JIT (`streambed.copy.session.COPY_OPTIONS`), whatever the URL asks for."""
+settings, and no JIT (`streambed.source.copy_session.COPY_OPTIONS`), whatever the URL asks for."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from psycopg import sql
 
 from streambed.copy.client import CopyClientError, find_psql, stream_copy
 from streambed.copy.duck import detach_all, stream_range
-from streambed.copy.snapshot import SnapshotAnchor
+from streambed.source.snapshot import SnapshotAnchor
 from tests.fixtures.postgres import PgDatabase, ThrowawayPostgres
 
 SETTINGS = ("jit", "TimeZone", "DateStyle", "extra_float_digits")

@@ -16,10 +16,10 @@ import psycopg
 import pyarrow.fs as pafs
 import pytest
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.files import current_data_files
-from streambed.merge.pyarrow_source import filesystem, fs_options
+from streambed.spark.data_source import filesystem, fs_options
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.s3 import ThrowawayS3
 from tests.integration.copy.test_initial_copy import ROWS, TABLES, _all_ready, _schema

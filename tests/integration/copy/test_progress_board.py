@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from streambed.copy.progress import ProgressBoard
-from streambed.log import RegionHandler, TextFormatter
+from streambed.core.log import RegionHandler, TextFormatter
 from tests.fixtures.postgres import PgDatabase
 from tests.fixtures.terminal import terminal
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings
-from streambed.errors import ConfigError
-from streambed.resync import request
+from streambed.commands.resync import request
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError
 from streambed.state import StateStore
 from tests.fixtures.postgres import PgDatabase
 

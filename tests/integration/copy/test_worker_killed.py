@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.merge.spark_session import DAEMON_MODULE
+from streambed.spark.session import DAEMON_MODULE
 from tests.integration.copy.test_initial_copy import ROWS, Writer, _all_ready
 from tests.integration.copy.test_source_outage import create_tables
 from tests.integration.pipeline.conftest import Deployment

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from tests.fixtures.postgres import PgDatabase, free_port
 from tests.integration.pipeline.conftest import STREAMING_OPTIONS
 from tests.integration.pipeline.harness import StreambedProcess, slot_exists, wait_until

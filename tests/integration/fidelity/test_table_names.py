@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.locations import segment
 from streambed.storage.uris import split_uri

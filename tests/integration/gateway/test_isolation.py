@@ -22,8 +22,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.config import Settings
-from streambed.listen import listen
+from streambed.core.config import Settings
+from streambed.core.listen import listen
 from streambed.server.supervisor import QuerySupervisor, RestartBackoff, start_query_process
 from tests.fixtures.postgres import ThrowawayPostgres, free_port
 from tests.integration.gateway.conftest import lake_has

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from tests.fixtures.s3 import ThrowawayS3
 
 

@@ -12,7 +12,7 @@ import pytest
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit, data_file, frontier
 from streambed.lake.expire import Retention, expire

@@ -19,9 +19,9 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from streambed.changes import TableKey
-from streambed.config import Settings
-from streambed.errors import Kind, SchemaError, StateError, StorageError, StreambedError
+from streambed.buffer.changes import TableKey
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, SchemaError, StateError, StorageError, StreambedError
 from streambed.lake import types as t
 from streambed.lake.catalog import catalog_properties, open_catalog, write_ahead_log
 from streambed.lake.commit import commit, data_file, frontier, truncate_commit
@@ -30,8 +30,8 @@ from streambed.lake.files import FileInfo, Footer, data_files, write_parquet
 from streambed.lake.output import TaskOutput
 from streambed.lake.storage import ensure_bucket, resolve
 from streambed.lake.tables import arrow_schema, ensure_table, key_columns
-from streambed.merge.pyarrow_source import filesystem, fs_options
 from streambed.pgoutput.messages import Relation, RelationColumn
+from streambed.spark.data_source import filesystem, fs_options
 from tests.fixtures.s3 import ThrowawayS3
 
 pytestmark = pytest.mark.integration

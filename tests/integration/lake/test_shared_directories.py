@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.table import Table
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
 from streambed.lake.sweep import sweep

@@ -21,17 +21,17 @@ from hypothesis import strategies as st
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from streambed.changes import TableDelta, TableKey
-from streambed.config import Settings
+from streambed.buffer.changes import TableDelta, TableKey
+from streambed.core.config import Settings
 from streambed.lake import types as t
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
 from streambed.lake.deletes import current_files, referenced
 from streambed.lake.expire import Retention, expire
+from streambed.lake.sink import IcebergSink, TableStats
 from streambed.lake.sweep import referenced_files
-from streambed.merge.executor import SparkMerger
 from streambed.pgoutput.messages import Relation, RelationColumn
-from streambed.sink import IcebergSink, TableStats
+from streambed.spark.merger import SparkMerger
 from streambed.storage.s3 import S3Access
 from tests.fixtures.spark import PANDAS_WARNING
 

@@ -9,14 +9,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-from streambed.changes import TableDelta, TableKey
-from streambed.config import Settings
+from streambed.buffer.changes import TableDelta, TableKey
+from streambed.core.config import Settings
 from streambed.lake import commit as lake_commit
 from streambed.lake import types as t
 from streambed.lake.catalog import open_catalog
 from streambed.lake.files import data_files
+from streambed.lake.sink import IcebergSink
 from streambed.pgoutput.messages import Relation, RelationColumn
-from streambed.sink import IcebergSink
 
 pytestmark = pytest.mark.integration
 

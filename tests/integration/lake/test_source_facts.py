@@ -9,14 +9,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from streambed.changes import TableDelta, TableKey
-from streambed.config import Settings
+from streambed.buffer.changes import TableDelta, TableKey
+from streambed.core.config import Settings
 from streambed.lake import types as t
 from streambed.lake.catalog import open_catalog
 from streambed.lake.declared import DeclaredColumn, ForeignKey, facts_of
+from streambed.lake.sink import IcebergSink
 from streambed.lake.source_catalog import PostgresCatalog
 from streambed.pgoutput.messages import Relation, RelationColumn
-from streambed.sink import IcebergSink
 from tests.fixtures.postgres import PgDatabase
 
 pytestmark = pytest.mark.integration

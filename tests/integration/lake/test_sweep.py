@@ -14,13 +14,13 @@ import pytest
 from pyiceberg.table import Table
 
 from streambed import cli
-from streambed.config import Settings
-from streambed.errors import StorageError
+from streambed.core.config import Settings
+from streambed.core.errors import StorageError
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
 from streambed.lake.sweep import sweep
 from streambed.lake.tables import ensure_table
-from streambed.merge.pyarrow_source import filesystem, fs_options
+from streambed.spark.data_source import filesystem, fs_options
 from streambed.state.store import StateStore
 from streambed.storage.uris import split_uri
 from tests.fixtures.s3 import ThrowawayS3

@@ -14,14 +14,14 @@ import pyarrow.fs as pafs
 import pytest
 from pyiceberg.table import Table
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake import sweep as sweep_module
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit
 from streambed.lake.expire import Retention, expire
 from streambed.lake.sweep import sweep
 from streambed.lake.tables import METADATA_PROPERTIES, ensure_table
-from streambed.merge.pyarrow_source import filesystem, fs_options
+from streambed.spark.data_source import filesystem, fs_options
 from tests.integration.lake.test_expire import _overwrites, _table
 from tests.integration.lake.test_lake_tables import KEY, RELATION, _duck_rows, _write
 from tests.integration.lake.test_sweep import _exists, _ids, _path

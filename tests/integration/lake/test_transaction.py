@@ -11,7 +11,7 @@ from pyiceberg.table import Table
 from pyiceberg.table import update as table_update
 from pyiceberg.table.metadata import TableMetadata
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.lake.commit import commit, frontier
 from streambed.lake.expire import Retention, expire

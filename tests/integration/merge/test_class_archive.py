@@ -15,13 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from streambed.merge.class_archive import ClassArchive
+from streambed.spark.class_archive import ClassArchive
 
 START = """
 import json, sys, time
 from pathlib import Path
-from streambed.config import Settings
-from streambed.merge import spark_session
+from streambed.core.config import Settings
+from streambed.spark import session as spark_session
 
 settings = Settings(source_url="postgresql://unused", data_dir=Path(sys.argv[1]),
                     spark_master="local[1]", spark_class_archive="on")

@@ -17,11 +17,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.errors import Kind, StreambedError
-from streambed.merge import plan_merge
-from streambed.merge.arrow_merger import ArrowMerger
-from streambed.merge.contract import Merger
-from streambed.merge.executor import IoMode, SparkMerger
+from streambed.core.errors import Kind, StreambedError
+from streambed.lake.merge import plan_merge
+from streambed.lake.merge.arrow_merger import ArrowMerger
+from streambed.lake.merge.contract import Merger
+from streambed.spark.merger import IoMode, SparkMerger
 from tests.fixtures.spark import PANDAS_WARNING
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.merge import plan_merge
-from streambed.merge.arrow_merger import ArrowMerger
-from streambed.merge.contract import Merger
-from streambed.merge.executor import SparkMerger
-from streambed.merge.pyarrow_source import filesystem
+from streambed.lake.merge import plan_merge
+from streambed.lake.merge.arrow_merger import ArrowMerger
+from streambed.lake.merge.contract import Merger
+from streambed.spark.data_source import filesystem
+from streambed.spark.merger import SparkMerger
 from streambed.storage import s3
 from tests.fixtures.s3 import ThrowawayS3
 from tests.fixtures.spark import PANDAS_WARNING

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from streambed.errors import Kind, StreambedError
-from streambed.merge import plan_merge
-from streambed.merge.arrow_merger import ArrowMerger
-from streambed.merge.contract import Merger
-from streambed.merge.executor import SparkMerger
+from streambed.core.errors import Kind, StreambedError
+from streambed.lake.merge import plan_merge
+from streambed.lake.merge.arrow_merger import ArrowMerger
+from streambed.lake.merge.contract import Merger
+from streambed.spark.merger import SparkMerger
 from tests.fixtures.spark import PANDAS_WARNING
 from tests.integration.merge.test_executor import field, key_tuples, write_files
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streambed.merge.positions import find_positions
+from streambed.lake.merge.positions import find_positions
 
 pytestmark = pytest.mark.integration
 

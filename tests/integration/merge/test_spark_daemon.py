@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    from streambed.merge.spark_session import get_spark, stop_spark
+    from streambed.spark.session import get_spark, stop_spark
 
     def where(rows):
         list(rows)
@@ -53,4 +53,4 @@ def test_idle_workers_spark_stops_end_without_a_traceback() -> None:
     assert "stopped True" in out, out  # Spark stopped the idle workers...
     assert "Traceback" not in err and "BrokenPipeError" not in err, err  # ...quietly
     assert "new workers True" in out, out  # and starts new ones for the next job
-    assert "streambed.merge.spark_daemon" in out.split("daemon", 1)[1].splitlines()[0], out
+    assert "streambed.spark.daemon" in out.split("daemon", 1)[1].splitlines()[0], out

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from streambed.merge.spark_session import JIT_OPTIONS
+from streambed.spark.session import JIT_OPTIONS
 from tests.fixtures.spark import PANDAS_WARNING
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from streambed.merge.spark_sockets import PREFIX, namespace
+from streambed.spark.sockets import PREFIX, namespace
 from tests.fixtures.spark import PANDAS_WARNING
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings(PANDAS_WARNING
 
 START = """
 import os, sys, time
-from streambed.merge import spark_session
+from streambed.spark import session as spark_session
 
 def doubled(spark):
     return spark.sparkContext.parallelize([1, 2, 3], 1).map(lambda x: x * 2).collect()
@@ -51,7 +51,7 @@ spark_session.stop_spark()
 
 EXIT_WHILE_STARTING = """
 import glob, os, threading, time
-from streambed.merge import spark_session
+from streambed.spark import session as spark_session
 
 # As `streambed run` does when it will copy: Spark starts on a thread, and the process ends
 # (e.g. a wrong source password) while the JVM is still starting.

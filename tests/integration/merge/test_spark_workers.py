@@ -43,7 +43,7 @@ def _held_at_start(_: int, rows: Iterable[int]) -> Iterator[tuple[int, int, int]
     import os
 
     import streambed.copy.task  # noqa: F401  (a copy task's imports)
-    from streambed.merge.worker_heap import settle
+    from streambed.spark.worker_heap import settle
 
     tracked = len(gc.get_objects())
     settle()

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import psycopg
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.server.extensions import load_extensions
 

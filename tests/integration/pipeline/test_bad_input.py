@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.lsn import parse_lsn
+from streambed.core.lsn import parse_lsn
 from tests.fixtures.postgres import PgDatabase
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import (

@@ -1,4 +1,4 @@
-"""Spark is started early (`streambed.prestart`) only when a table is too large to be
+"""Spark is started early (`streambed.commands.prestart`) only when a table is too large to be
 copied in streambed's process: the source is asked for its largest table."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.config import Settings
-from streambed.prestart import spark_needed
+from streambed.commands.prestart import spark_needed
+from streambed.core.config import Settings
 from tests.fixtures.postgres import PgDatabase, free_port
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import slot_exists, wait_lake_equals_source, wait_until

@@ -97,7 +97,7 @@ def test_a_stopped_pipeline_resumes_where_it_left_off(local_deployment: Deployme
     assert d.proc.stop() == 0
     first = d.proc.logs()
     # Its tables are small, copied in streambed's process, and the stream only appended:
-    # Spark was not needed, so it was not started (streambed.prestart).
+    # Spark was not needed, so it was not started (streambed.commands.prestart).
     assert "starting spark" not in first
     # Changes while streambed is down are waiting in the slot.
     execute(

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from streambed.merge.spark_sockets import PREFIX
+from streambed.spark.sockets import PREFIX
 from tests.integration.merge.test_spark_sockets import _gone as gone
 from tests.integration.pipeline.conftest import Deployment
 from tests.integration.pipeline.harness import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from streambed.replication import (
+from streambed.source import (
     Keepalive,
     PublicationResult,
     ReplicationConnection,

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from streambed.errors import Kind, Policy, SourceError
-from streambed.replication import (
+from streambed.core.errors import Kind, Policy, SourceError
+from streambed.source import (
     ReplicationConnection,
     ReplicationStream,
     check_source,

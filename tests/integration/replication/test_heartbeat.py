@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streambed.replication import HEARTBEAT_PREFIX, Heartbeat, current_wal_lsn, sql_connect
+from streambed.source import HEARTBEAT_PREFIX, Heartbeat, current_wal_lsn, sql_connect
 from tests.fixtures.postgres import free_port
 from tests.integration.replication.conftest import Source, message_prefix, read_until
 

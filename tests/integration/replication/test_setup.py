@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streambed.errors import Kind, SourceError
-from streambed.replication import (
+from streambed.core.errors import Kind, SourceError
+from streambed.source import (
     ReplicationConnection,
     ReplicationStream,
     check_source,
@@ -17,7 +17,7 @@ from streambed.replication import (
     sql_connect,
     table_key,
 )
-from streambed.replication.setup import left_and_came_back, memberships
+from streambed.source.setup import left_and_came_back, memberships
 from tests.fixtures.postgres import PgDatabase
 from tests.integration.replication.conftest import PUBLICATION, Source, commits, read_until
 

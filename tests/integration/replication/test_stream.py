@@ -8,8 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from streambed.errors import Kind, Policy, SourceError
-from streambed.replication import (
+from streambed.core.errors import Kind, Policy, SourceError
+from streambed.source import (
     Keepalive,
     ReplicationStream,
     XLogData,

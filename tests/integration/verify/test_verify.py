@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.manifest import DataFileContent
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.lake.catalog import open_catalog
 from streambed.state.store import StateStore
 from tests.fixtures.postgres import ThrowawayPostgres

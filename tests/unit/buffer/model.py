@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from streambed.buffer import ChangeBuffer
-from streambed.changes import TableDelta, TableKey
+from streambed.buffer.changes import TableDelta, TableKey
 from streambed.pgoutput.messages import (
     KEY_FLAG,
     UNCHANGED,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streambed.changes import TableKey
-from streambed.errors import SchemaError, StreambedError
+from streambed.buffer.changes import TableKey
+from streambed.core.errors import SchemaError, StreambedError
 from streambed.pgoutput.messages import (
     UNCHANGED,
     Delete,

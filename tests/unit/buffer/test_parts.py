@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from streambed.buffer import ChangeBuffer
-from streambed.changes import TableDelta
+from streambed.buffer.changes import TableDelta
 from streambed.pgoutput.messages import UNCHANGED, Delete, Insert, Message, Update
 from tests.unit.buffer.model import KEY, OTHER, REL, dele, feed, ins, trunc, upd
 

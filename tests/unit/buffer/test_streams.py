@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from streambed.buffer import ChangeBuffer
-from streambed.changes import TableDelta
-from streambed.errors import StreambedError
+from streambed.buffer.changes import TableDelta
+from streambed.core.errors import StreambedError
 from streambed.pgoutput.messages import UNCHANGED, Binary, Insert, Message, Update
 from tests.unit.buffer.model import REL_ID, dele, feed, ins, new_buffer, trunc, upd
 

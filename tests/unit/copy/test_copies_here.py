@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streambed.changes import TableKey
+from streambed.buffer.changes import TableKey
 from streambed.copy.catalog import TableInfo
 from streambed.copy.job import copies_here
 from streambed.pgoutput.messages import Relation, RelationColumn

@@ -24,7 +24,7 @@ from streambed.copy.duck import (
     restore,
     select_query,
 )
-from streambed.errors import SchemaError
+from streambed.core.errors import SchemaError
 from streambed.lake.types import (
     BPCHAR,
     DATE,

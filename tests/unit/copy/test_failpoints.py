@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streambed import failpoints
+from streambed.core import failpoints
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import pytest
 
 from streambed.copy.duck import _message
 from streambed.copy.job import _failure
-from streambed.copy.snapshot import CopyInterrupted, SnapshotExpired
 from streambed.copy.task import SCHEMA_MARK, copy_failure
-from streambed.errors import Kind, SchemaError, SourceError, StreambedError
+from streambed.core.errors import Kind, SchemaError, SourceError, StreambedError
+from streambed.source.snapshot import CopyInterrupted, SnapshotExpired
 
 
 def _spark_error(what: str, message: str) -> Exception:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.changes import TableKey
+from streambed.buffer.changes import TableKey
 from streambed.copy import here
 from streambed.copy.catalog import TableInfo
 from streambed.copy.here import RANGE_MIN_BYTES, copy_here, here_ranges

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from py4j.protocol import Py4JNetworkError
 
-from streambed.config import Settings
 from streambed.copy.holds import Outcome
 from streambed.copy.manager import CopyManager, copy_error
 from streambed.copy.progress import ProgressBoard
-from streambed.errors import Kind, StorageError
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, StorageError
 from streambed.state.store import StateStore
 
 A = ("public", "a")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings
 from streambed.copy.streamed import MEMBERSHIP_POLL_SECONDS, Name, StreamedTables
-from streambed.replication.setup import Membership
+from streambed.core.config import Settings
+from streambed.source.setup import Membership
 from streambed.state.store import StateStore
 
 A: Name = ("public", "a")

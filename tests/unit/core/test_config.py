@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from streambed.config import (
+from streambed.core.config import (
     Settings,
     example_env,
     redact_url,
     reference_markdown,
     variable_names,
 )
-from streambed.errors import ConfigError, Kind
+from streambed.core.errors import ConfigError, Kind
 
 URL = "postgresql://app:s3cret@db.example:5432/shop"
 

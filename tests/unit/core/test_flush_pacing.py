@@ -1,4 +1,4 @@
-"""The interval trigger is paced by what flushes cost (`streambed.flush_pacing`).
+"""The interval trigger is paced by what flushes cost (`streambed.buffer.pacing`).
 
 The pure rule, then the pipeline against the in-memory fakes of
 `test_pipeline_catch_up`: a sink whose flushes take longer than the setting.
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from streambed import pipeline as pipeline_module
-from streambed.changes import TableDelta
-from streambed.config import Settings
-from streambed.flush_pacing import CATCH_UP_CYCLES, PACE, WINDOW, FlushPacer
+from streambed.buffer.changes import TableDelta
+from streambed.buffer.pacing import CATCH_UP_CYCLES, PACE, WINDOW, FlushPacer
+from streambed.core.config import Settings
 from streambed.pipeline import Pipeline
 from tests.unit.core.test_pipeline_catch_up import (
     FakeCopier,

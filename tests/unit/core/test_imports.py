@@ -206,3 +206,54 @@ def test_every_module_imports_on_its_own() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {}
+
+
+LAYERS = (
+    "core",
+    "storage",
+    "pgoutput",
+    "buffer",
+    "state",
+    "source",
+    "lake",
+    "spark",
+    "copy",
+    "metrics",
+    "server",
+    "ports",
+    "pipeline",
+    "verify",
+    "commands",
+    "cli",
+)
+"""The package's layers, lowest first (docs/architecture.md, "Packages"): a module imports,
+at module level, only from its own package and from packages listed before it."""
+
+
+def layer_violations(graph: Mapping[str, set[str]]) -> list[str]:
+    """`a -> b` for each module-level import from a package that is not below a's own."""
+    rank = {name: n for n, name in enumerate(LAYERS)}
+    out = []
+    for name, imported in sorted(graph.items()):
+        if name == PACKAGE:
+            continue
+        own = name.split(".")[1]
+        for target in sorted(imported):
+            if target == PACKAGE:
+                continue
+            other = target.split(".")[1]
+            if other != own and rank[other] > rank[own]:
+                out.append(f"{name} -> {target}")
+    return out
+
+
+def test_layers_point_one_way() -> None:
+    graph = import_graph()
+    packages = {name.split(".")[1] for name in graph if name != PACKAGE}
+    assert packages - {"__init__"} == set(LAYERS), "a package is missing from LAYERS"
+    assert layer_violations(graph) == []
+
+
+def test_layer_violations_names_an_upward_import() -> None:
+    graph = {"streambed.core.errors": {"streambed.lake.sink"}, "streambed.lake.sink": set()}
+    assert layer_violations(graph) == ["streambed.core.errors -> streambed.lake.sink"]

@@ -1,12 +1,12 @@
 """`lake_key`: the one decision of a table's lake key, for the stream's tables
-(`streambed.source.PostgresSource.table_key`) and the copy's (`streambed.copy.catalog`)."""
+(`streambed.source.postgres.PostgresSource.table_key`) and the copy's (`streambed.copy.catalog`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from streambed.changes import TableKey, lake_key
-from streambed.errors import Kind, SchemaError
+from streambed.buffer.changes import TableKey, lake_key
+from streambed.core.errors import Kind, SchemaError
 from streambed.pgoutput.messages import KEY_FLAG, Relation, RelationColumn
 
 

@@ -1,4 +1,4 @@
-"""Lines kept at the foot of a terminal (`streambed.log.LiveRegion`, the copy progress)
+"""Lines kept at the foot of a terminal (`streambed.core.log.LiveRegion`, the copy progress)
 and log lines written above them: what a user's terminal shows (`tests.fixtures.terminal`:
 a real pseudo-terminal, rendered by a VT100 emulator)."""
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streambed.copy.progress import ProgressBoard
-from streambed.log import LiveRegion, RegionHandler, TextFormatter, fit
+from streambed.core.log import LiveRegion, RegionHandler, TextFormatter, fit
 from tests.fixtures.terminal import terminal
 
 # Latin text: how wide characters wrap differs between terminals (cut lines are tested below).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from streambed.log import TextFormatter
+from streambed.core.log import TextFormatter
 
 
 def _line(**fields: object) -> str:

@@ -1,4 +1,4 @@
-"""Qualified names as streambed writes and reads them (`streambed.names`)."""
+"""Qualified names as streambed writes and reads them (`streambed.core.names`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.names import (
+from streambed.core.names import (
     name_parts,
     pattern_problem,
     qualified,

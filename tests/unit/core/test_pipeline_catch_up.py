@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from streambed import pipeline as pipeline_module
-from streambed.changes import TableDelta, TableKey
-from streambed.config import Settings
+from streambed.buffer.changes import TableDelta, TableKey
+from streambed.core.config import Settings
 from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import Begin, Commit, Insert, Message, Relation, RelationColumn
-from streambed.pipeline import Pipeline, Source, Stream
-from streambed.replication.stream import Batch, pg_now
+from streambed.pipeline import Pipeline
+from streambed.ports import Source, Stream
+from streambed.source.stream import Batch, pg_now
 from streambed.state.store import Watermark
 
 RELATION = Relation(

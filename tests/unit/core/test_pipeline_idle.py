@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import LogicalMessage
 from streambed.pipeline import LOOP_WAIT, Pipeline
-from streambed.replication.heartbeat import HEARTBEAT_PREFIX
-from streambed.replication.stream import Batch
+from streambed.source.heartbeat import HEARTBEAT_PREFIX
+from streambed.source.stream import Batch
 from tests.unit.core.test_pipeline_catch_up import RELATION, FakeSink, FakeSource, FakeState
 from tests.unit.core.test_pipeline_catch_up import FakeStream as OneRowTransactions
 

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streambed.changes import TableDelta, TableKey
-from streambed.config import Settings
-from streambed.errors import Kind, StorageError, StreambedError
+from streambed.buffer.changes import TableDelta, TableKey
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, StorageError, StreambedError
+from streambed.core.retry import RetryPolicy
 from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import Begin, Commit, Insert, Message, Relation, RelationColumn
 from streambed.pipeline import Pipeline
-from streambed.replication.stream import Batch, pg_now
-from streambed.retry import RetryPolicy
+from streambed.source.stream import Batch, pg_now
 from tests.unit.core.test_pipeline_catch_up import FakeState
 
 RELATION = Relation(

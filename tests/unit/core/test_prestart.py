@@ -1,10 +1,11 @@
-"""Which starts begin Spark early (`streambed.prestart.copies_ahead`), on a real state store."""
+"""Which starts begin Spark early (`streambed.commands.prestart.copies_ahead`), on a real
+state store."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from streambed.prestart import copies_ahead
+from streambed.commands.prestart import copies_ahead
 from streambed.state.store import StateStore
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from streambed.errors import Kind, StreambedError
-from streambed.retry import Backoff, Decision, RetryPolicy, Work
+from streambed.core.errors import Kind, StreambedError
+from streambed.core.retry import Backoff, Decision, RetryPolicy, Work
 
 
 def test_grows_exponentially_then_caps() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyiceberg.schema import Schema
 from pyiceberg.types import DecimalType, IntegerType, LongType, NestedField, StringType
 
-from streambed.changes import TableKey
-from streambed.errors import Kind
+from streambed.buffer.changes import TableKey
+from streambed.core.errors import Kind
 from streambed.lake import types as t
 from streambed.lake.evolve import ResyncNeeded, plan_schema_change, widens
 from streambed.lake.source_catalog import SourceColumn

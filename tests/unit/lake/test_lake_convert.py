@@ -26,8 +26,8 @@ from pyiceberg.types import (
     TimeType,
 )
 
-from streambed.changes import TableKey
-from streambed.errors import Kind, SchemaError, StreambedError
+from streambed.buffer.changes import TableKey
+from streambed.core.errors import Kind, SchemaError, StreambedError
 from streambed.lake import types as t
 from streambed.lake.convert import (
     convert_column,

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from streambed.errors import ConfigError, StorageError
+from streambed.core.errors import ConfigError, StorageError
 from streambed.lake.locations import (
     APART,
     check_addressable,

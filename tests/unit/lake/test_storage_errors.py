@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings
 from streambed.copy.job import _failure
-from streambed.errors import Kind, Policy, StorageError, StreambedError
+from streambed.core.config import Settings
+from streambed.core.errors import Kind, Policy, StorageError, StreambedError
 from streambed.lake.storage import check_writable, refusal, storage_error
-from streambed.merge.executor import _classify
+from streambed.spark.merger import _classify
 
 DENIED = (
     "When reading information for key 'x.parquet' in bucket 't-1': AWS Error ACCESS_DENIED "

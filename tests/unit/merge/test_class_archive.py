@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.config import Settings
-from streambed.errors import ConfigError
-from streambed.merge import class_archive
-from streambed.merge.class_archive import (
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError
+from streambed.spark import class_archive
+from streambed.spark.class_archive import (
     ClassArchive,
     archive_key,
     command_classpath,
@@ -264,7 +264,7 @@ def test_available_memory_is_read_from_the_kernel() -> None:
 def test_an_archive_that_cannot_be_prepared_does_not_stop_spark(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from streambed.merge import spark_session
+    from streambed.spark import session as spark_session
 
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -1,11 +1,11 @@
 """Where a merge runs: in this process only when both its stored bytes and the rows it
-would hold in memory are small (`streambed.merge.local.merges_here`)."""
+would hold in memory are small (`streambed.lake.merge.local.merges_here`)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from streambed.merge.local import IN_MEMORY_FACTOR, merges_here
+from streambed.lake.merge.local import IN_MEMORY_FACTOR, merges_here
 
 MiB = 1024 * 1024
 WIDE = pa.table({"id": pa.array(range(100), pa.int64()), "note": ["x" * 200] * 100})

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streambed.merge import MergePlan, plan_merge
+from streambed.lake.merge import MergePlan, plan_merge
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from streambed.merge import spark_daemon
+from streambed.spark import daemon as spark_daemon
 
 
 @pytest.mark.parametrize("error", [BrokenPipeError, ConnectionResetError])

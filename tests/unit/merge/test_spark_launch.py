@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streambed.merge import spark_launch
+from streambed.spark import launch as spark_launch
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.merge.spark_python import NAME, worker_path
-from streambed.merge.spark_session import worker_python
+from streambed.spark.python import NAME, worker_path
+from streambed.spark.session import worker_python
 
 LIB = "/venv/site-packages/pyspark/python/lib"
 ARCHIVES = [

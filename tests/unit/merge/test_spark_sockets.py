@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streambed.merge.spark_sockets import MAX_DIR_CHARS, PREFIX, make_dir, namespace, sweep
+from streambed.spark.sockets import MAX_DIR_CHARS, PREFIX, make_dir, namespace, sweep
 
 
 def _ended_pid() -> int:

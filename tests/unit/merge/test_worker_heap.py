@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streambed.merge import worker_heap
+from streambed.spark import worker_heap
 
 
 @pytest.fixture(autouse=True)

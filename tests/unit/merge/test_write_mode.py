@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.merge.contract import without_positions
-from streambed.merge.plan import MergePlan
-from streambed.merge.positions import split_plan
-from streambed.merge.write_mode import FileChange, choose
+from streambed.lake.merge.contract import without_positions
+from streambed.lake.merge.plan import MergePlan
+from streambed.lake.merge.positions import split_plan
+from streambed.lake.merge.write_mode import FileChange, choose
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from streambed.lake.sink import TableStats
 from streambed.metrics.children import ChildMetrics
 from streambed.metrics.health import QueryProcess
 from streambed.metrics.query import QueryMetrics
 from streambed.metrics.replication import ReplicationMetrics
-from streambed.sink import TableStats
 
 DOCS = Path(__file__).parents[3] / "docs"
 NAME = re.compile(r"\bstreambed_[a-z_]+")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from streambed.listen import METRICS, listen
+from streambed.core.listen import METRICS, listen
 from streambed.metrics.health import Readiness
 from streambed.metrics.http import MetricsServer
 

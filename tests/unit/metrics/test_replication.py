@@ -6,9 +6,9 @@ import math
 
 from prometheus_client import CollectorRegistry
 
+from streambed.lake.sink import TableStats
 from streambed.metrics.replication import ReplicationMetrics
-from streambed.replication.setup import SlotHealth
-from streambed.sink import TableStats
+from streambed.source.setup import SlotHealth
 
 S = 1_000_000
 

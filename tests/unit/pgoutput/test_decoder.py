@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from streambed.errors import DecodeError, Kind
+from streambed.core.errors import DecodeError, Kind
 from streambed.pgoutput import decoder as decoder_module
 from streambed.pgoutput.decoder import Decoder, decode
 from streambed.pgoutput.encoder import encode

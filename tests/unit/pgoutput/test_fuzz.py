@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from streambed.errors import DecodeError
+from streambed.core.errors import DecodeError
 from streambed.pgoutput.decoder import Decoder, decode
 from streambed.pgoutput.encoder import encode
 from streambed.pgoutput.messages import Insert, Message, StreamStart

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.replication.setup import left_and_came_back
+from streambed.source.setup import left_and_came_back
 
 rows = st.frozensets(st.sampled_from(["all", "table 1", "table 2", "schema 3", "schema 4"]))
 

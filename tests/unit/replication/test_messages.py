@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from streambed.errors import Kind, SourceError
-from streambed.replication.connection import classify, source_error
-from streambed.replication.stream import (
+from streambed.core.errors import Kind, SourceError
+from streambed.source.connection import classify, source_error
+from streambed.source.stream import (
     Keepalive,
     XLogData,
     parse_copy_message,

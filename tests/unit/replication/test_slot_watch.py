@@ -8,9 +8,9 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.errors import SourceError
-from streambed.replication.setup import SlotHealth
-from streambed.replication.slot_watch import LOW_SHARE, SlotWatch, margin_warning, size_text
+from streambed.core.errors import SourceError
+from streambed.source.setup import SlotHealth
+from streambed.source.slot_watch import LOW_SHARE, SlotWatch, margin_warning, size_text
 
 MB = 1024 * 1024
 

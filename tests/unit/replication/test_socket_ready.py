@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streambed.replication.connection import socket_ready
+from streambed.source.connection import socket_ready
 
 HIGH_FD = 1500  # select() refuses descriptors from 1024 (FD_SETSIZE)
 

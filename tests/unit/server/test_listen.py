@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from streambed.errors import ConfigError, Kind
-from streambed.listen import METRICS, check_listen, listen
+from streambed.core.errors import ConfigError, Kind
+from streambed.core.listen import METRICS, check_listen, listen
 
 
 def test_an_address_in_use_says_which_and_what_to_do() -> None:

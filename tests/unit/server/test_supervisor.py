@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from streambed.config import Settings
-from streambed.errors import ConfigError
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError
 from streambed.server.supervisor import RestartBackoff, exit_fields, start_query_process
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streambed.errors import Kind, StateError
+from streambed.core.errors import Kind, StateError
 from streambed.state import StateStore
 from streambed.state.store import WATERMARK_HISTORY
 

@@ -6,7 +6,7 @@ import duckdb
 import pyarrow.fs as pafs
 import pytest
 
-from streambed.config import Settings
+from streambed.core.config import Settings
 from streambed.server.extensions import load_extensions, offline_config
 from streambed.storage.s3 import S3Access, filesystem
 

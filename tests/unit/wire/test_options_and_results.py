@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambed.config import Settings
-from streambed.errors import ConfigError
+from streambed.core.config import Settings
+from streambed.core.errors import ConfigError
 from streambed.server import pgtypes
 from streambed.server.database import DatabaseSettings
 from streambed.server.wire import params, results

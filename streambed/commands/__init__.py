@@ -1,0 +1,1 @@
+"""The CLI's commands, one module each; `streambed.cli` parses and maps errors to exit codes."""
